@@ -1,0 +1,16 @@
+// Instruction-set levels the CPU kernels are built for, detected at run time.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace kestrel {
+
+enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2 };
+
+const char* isa_name(Isa isa);
+// The best level this CPU runs (overridable with KESTREL_ISA=scalar|avx2|avx512 for testing).
+Isa detected_isa();
+// Every level this CPU can run, lowest first (tests hold each against the scalar reference).
+std::vector<Isa> runnable_isas();
+
+}  // namespace kestrel

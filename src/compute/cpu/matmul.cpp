@@ -1,0 +1,47 @@
+// Matrix multiplication against weight rows of any supported type.
+// Decode (few tokens): each thread streams its share of weight rows once and dots them with every token.
+// Prefill: rows are decoded a tile at a time into float scratch, so a quantized row is decoded once per
+// tile instead of once per token, and each token's activations stream past the tile.
+#include <algorithm>
+#include <vector>
+
+#include "compute/cpu/dot.h"
+#include "compute/ops.h"
+#include "quant/quantize.h"
+
+namespace kestrel::ops {
+namespace {
+constexpr int kDirectMaxTokens = 4;  // up to this many tokens, dot the encoded rows directly
+constexpr int64_t kRowTile = 16;     // rows decoded together for prefill
+}  // namespace
+
+void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, float* y, int n_tok) {
+  const size_t n_in = static_cast<size_t>(w.n_in);
+  const size_t n_out = static_cast<size_t>(w.n_out);
+  if (n_tok <= kDirectMaxTokens || w.type == DType::F32) {
+    const DotFn dot = dot_kernel(w.type);
+    pool.parallel_for(n_out, 8, [&](size_t begin, size_t end, int) {
+      for (size_t r = begin; r < end; ++r) {
+        const uint8_t* row = w.row(static_cast<int64_t>(r));
+        for (int t = 0; t < n_tok; ++t) y[t * n_out + r] = dot(row, x + t * n_in, n_in);
+      }
+    });
+    return;
+  }
+  const DotFn dot_f32 = dot_kernel(DType::F32);
+  pool.parallel_for(n_out, kRowTile, [&](size_t begin, size_t end, int) {
+    std::vector<float> tile(static_cast<size_t>(kRowTile) * n_in);  // [kRowTile, n_in] decoded rows
+    for (size_t r0 = begin; r0 < end; r0 += kRowTile) {
+      const size_t rows = std::min<size_t>(kRowTile, end - r0);
+      for (size_t r = 0; r < rows; ++r)
+        dequantize_row(w.type, w.row(static_cast<int64_t>(r0 + r)), tile.data() + r * n_in, n_in);
+      for (int t = 0; t < n_tok; ++t) {
+        const float* xt = x + t * n_in;
+        float* yt = y + t * n_out + r0;
+        for (size_t r = 0; r < rows; ++r) yt[r] = dot_f32(tile.data() + r * n_in, xt, n_in);
+      }
+    }
+  });
+}
+
+}  // namespace kestrel::ops

@@ -1,0 +1,90 @@
+// Elementwise and normalisation ops (the compiler vectorises these loops) and the KV write.
+#include <cmath>
+#include <cstring>
+
+#include "compute/ops.h"
+
+namespace kestrel {
+
+WeightMatrix WeightMatrix::from(const TensorView& t, int64_t expert) {
+  WeightMatrix w;
+  w.type = t.type;
+  w.n_in = t.ne[0];
+  w.n_out = t.ne[1];
+  w.row_bytes = t.row_bytes();
+  w.data = t.data + static_cast<size_t>(expert) * static_cast<size_t>(w.n_out) * w.row_bytes;
+  return w;
+}
+
+namespace ops {
+
+void rmsnorm(const float* x, const float* weight, float* y, int n_tok, int n, float eps) {
+  for (int t = 0; t < n_tok; ++t) {
+    const float* xr = x + static_cast<size_t>(t) * n;
+    float* yr = y + static_cast<size_t>(t) * n;
+    double ss = 0;
+    for (int i = 0; i < n; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+    const float scale = 1.0f / std::sqrt(static_cast<float>(ss / n) + eps);
+    for (int i = 0; i < n; ++i) yr[i] = xr[i] * scale * weight[i];
+  }
+}
+
+void rope(float* x, std::span<const int32_t> positions, int n_heads, int head_dim, int n_rot, float freq_base,
+          RopeStyle style, const float* freq_factors) {
+  const int half = n_rot / 2;
+  float inv_freq[512];  // [n_rot / 2]; head dims beyond 1024 are not a thing
+  for (int i = 0; i < half && i < 512; ++i)
+    inv_freq[i] = std::pow(freq_base, -2.0f * static_cast<float>(i) / static_cast<float>(n_rot)) /
+                  (freq_factors ? freq_factors[i] : 1.0f);
+  for (size_t t = 0; t < positions.size(); ++t) {
+    for (int i = 0; i < half; ++i) {
+      const float theta = static_cast<float>(positions[t]) * inv_freq[i];
+      const float c = std::cos(theta), s = std::sin(theta);
+      for (int h = 0; h < n_heads; ++h) {
+        float* head = x + (t * n_heads + h) * static_cast<size_t>(head_dim);
+        const int a = style == RopeStyle::Interleaved ? 2 * i : i;
+        const int b = style == RopeStyle::Interleaved ? 2 * i + 1 : i + half;
+        const float x0 = head[a], x1 = head[b];
+        head[a] = x0 * c - x1 * s;
+        head[b] = x0 * s + x1 * c;
+      }
+    }
+  }
+}
+
+void add_bias(float* x, const float* b, int n_tok, int n) {
+  for (int t = 0; t < n_tok; ++t) add(x + static_cast<size_t>(t) * n, b, n);
+}
+
+void add(float* x, const float* y, size_t n) {
+  for (size_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+void silu_mul(float* gate, const float* up, size_t n) {
+  for (size_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+void softmax(float* x, int n) {
+  float max = x[0];
+  for (int i = 1; i < n; ++i) max = std::max(max, x[i]);
+  float sum = 0;
+  for (int i = 0; i < n; ++i) sum += (x[i] = std::exp(x[i] - max));
+  for (int i = 0; i < n; ++i) x[i] /= sum;
+}
+
+void kv_store(const KvLayerView& kv, const AttentionRows& rows, const float* k, const float* v, int n_tok) {
+  const size_t row = static_cast<size_t>(kv.head_dim);
+  for (int t = 0; t < n_tok; ++t) {
+    const int32_t pos = rows.positions[t];
+    const int32_t block = rows.block_tables[t][pos / kv.block_size];
+    for (int h = 0; h < kv.n_kv_heads; ++h) {
+      const size_t dst = kv.index(block, h, pos % kv.block_size);
+      const size_t src = (static_cast<size_t>(t) * kv.n_kv_heads + h) * row;
+      std::memcpy(kv.k + dst, k + src, row * sizeof(float));
+      std::memcpy(kv.v + dst, v + src, row * sizeof(float));
+    }
+  }
+}
+
+}  // namespace ops
+}  // namespace kestrel

@@ -1,0 +1,85 @@
+// The op list: what model code calls. Architectures never include SIMD headers; these functions
+// dispatch once to the kernels for the running CPU. Buffers are row-major with the shape given
+// outermost first in each comment.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "core/dtype.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+
+namespace kestrel {
+
+// A weight matrix: n_out rows of n_in elements of `type` (a 2-D tensor, or one expert of a 3-D one).
+struct WeightMatrix {
+  DType type = DType::F32;
+  int64_t n_in = 0;
+  int64_t n_out = 0;
+  const uint8_t* data = nullptr;
+  size_t row_bytes = 0;
+
+  static WeightMatrix from(const TensorView& t, int64_t expert = 0);
+  const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
+};
+
+enum class RopeStyle {
+  Interleaved,  // rotates pairs (x[2i], x[2i+1]) — GGUF llama files (Q/K rows permuted by the converter)
+  NeoX,         // rotates pairs (x[i], x[i + n_rot/2]) — Qwen, GPT-NeoX
+};
+
+// Paged K/V of one layer: K and V each [n_blocks, n_kv_heads, block_size, head_dim] floats.
+struct KvLayerView {
+  float* k = nullptr;
+  float* v = nullptr;
+  int block_size = 16;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  size_t block_stride() const { return static_cast<size_t>(n_kv_heads) * block_size * head_dim; }
+  // Start of the head_dim floats of (block, kv_head, offset within block).
+  size_t index(int32_t block, int kv_head, int offset) const {
+    return static_cast<size_t>(block) * block_stride() + (static_cast<size_t>(kv_head) * block_size + offset) * head_dim;
+  }
+};
+
+// What attention needs per query token: its position and its sequence's block table.
+// Query token t attends to keys at positions 0..positions[t] of its sequence (causal).
+struct AttentionRows {
+  std::span<const int32_t> positions;             // [n_tok]
+  std::span<const int32_t* const> block_tables;  // [n_tok] -> that sequence's block ids
+};
+
+namespace ops {
+
+// y[n_tok, w.n_out] = x[n_tok, w.n_in] . W^T
+void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, float* y, int n_tok);
+
+// y[n_tok, n] = x / rms(x) * weight[n]; y may alias x.
+void rmsnorm(const float* x, const float* weight, float* y, int n_tok, int n, float eps);
+
+// Rotates the first n_rot dims of each head in place. x: [n_tok, n_heads, head_dim].
+// Pair i turns by position * freq_base^(-2i/n_rot) / freq_factors[i] (freq_factors optional, [n_rot / 2]).
+void rope(float* x, std::span<const int32_t> positions, int n_heads, int head_dim, int n_rot, float freq_base,
+          RopeStyle style, const float* freq_factors = nullptr);
+
+// x[n] += b[n] for each of n_tok rows (bias).
+void add_bias(float* x, const float* b, int n_tok, int n);
+// x[n] += y[n]
+void add(float* x, const float* y, size_t n);
+// gate[n] = silu(gate[n]) * up[n]
+void silu_mul(float* gate, const float* up, size_t n);
+// In-place softmax over n values.
+void softmax(float* x, int n);
+
+// Writes the K/V rows of n_tok tokens into their slots. k, v: [n_tok, n_kv_heads, head_dim].
+void kv_store(const KvLayerView& kv, const AttentionRows& rows, const float* k, const float* v, int n_tok);
+
+// Causal attention over the paged cache with an online softmax, one key block at a time; the score
+// matrix is never materialised. q: [n_tok, n_heads, head_dim], out: [n_tok, n_heads, head_dim].
+// GQA: query head h reads KV head h / (n_heads / n_kv_heads).
+void attention_paged(ThreadPool& pool, const float* q, const KvLayerView& kv, const AttentionRows& rows,
+                     float* out, int n_tok, int n_heads, float scale);
+
+}  // namespace ops
+}  // namespace kestrel

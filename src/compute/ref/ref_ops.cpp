@@ -1,0 +1,52 @@
+#include "compute/ref/ref_ops.h"
+
+#include <cmath>
+
+#include "quant/quantize.h"
+
+namespace kestrel::ref {
+
+double dot(DType type, const void* row, const float* x, size_t n) {
+  std::vector<float> w(n);
+  dequantize_row(type, row, w.data(), n);
+  double s = 0;
+  for (size_t i = 0; i < n; ++i) s += static_cast<double>(w[i]) * x[i];
+  return s;
+}
+
+void matmul(const WeightMatrix& w, const float* x, float* y, int n_tok) {
+  for (int t = 0; t < n_tok; ++t)
+    for (int64_t r = 0; r < w.n_out; ++r)
+      y[t * w.n_out + r] = static_cast<float>(dot(w.type, w.row(r), x + t * w.n_in, static_cast<size_t>(w.n_in)));
+}
+
+void attention(const float* q, const KvLayerView& kv, const AttentionRows& rows, float* out, int n_tok, int n_heads,
+               float scale) {
+  const int hd = kv.head_dim, group = n_heads / kv.n_kv_heads;
+  for (int t = 0; t < n_tok; ++t) {
+    const int n_keys = rows.positions[t] + 1;
+    for (int h = 0; h < n_heads; ++h) {
+      const float* qh = q + (static_cast<size_t>(t) * n_heads + h) * hd;
+      std::vector<double> scores(static_cast<size_t>(n_keys));  // [n_keys]
+      double max = -INFINITY;
+      for (int p = 0; p < n_keys; ++p) {
+        const size_t at = kv.index(rows.block_tables[t][p / kv.block_size], h / group, p % kv.block_size);
+        double s = 0;
+        for (int d = 0; d < hd; ++d) s += static_cast<double>(qh[d]) * kv.k[at + d];
+        scores[p] = s * scale;
+        max = std::max(max, scores[p]);
+      }
+      double denom = 0;
+      for (auto& s : scores) denom += (s = std::exp(s - max));
+      float* o = out + (static_cast<size_t>(t) * n_heads + h) * hd;
+      for (int d = 0; d < hd; ++d) {
+        double v = 0;
+        for (int p = 0; p < n_keys; ++p)
+          v += scores[p] * kv.v[kv.index(rows.block_tables[t][p / kv.block_size], h / group, p % kv.block_size) + d];
+        o[d] = static_cast<float>(v / denom);
+      }
+    }
+  }
+}
+
+}  // namespace kestrel::ref

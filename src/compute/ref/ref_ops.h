@@ -1,0 +1,17 @@
+// Slow, obvious reference implementations — the executable spec that fast kernels are tested against.
+#pragma once
+#include <vector>
+
+#include "compute/ops.h"
+
+namespace kestrel::ref {
+
+// sum_i w[i] * x[i] with w decoded by the reference dequantizer, accumulated in double.
+double dot(DType type, const void* row, const float* x, size_t n);
+// y[n_tok, n_out] = x[n_tok, n_in] . W^T via dot().
+void matmul(const WeightMatrix& w, const float* x, float* y, int n_tok);
+// Full-softmax causal attention over the same paged layout: gathers every key, scores them all.
+void attention(const float* q, const KvLayerView& kv, const AttentionRows& rows, float* out, int n_tok, int n_heads,
+               float scale);
+
+}  // namespace kestrel::ref

@@ -1,0 +1,43 @@
+#include "core/dtype.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cstdlib>
+
+namespace kestrel {
+namespace {
+constexpr std::array<DTypeTraits, 7> kTraits = {{
+    {DType::F32, "F32", 1, 4},
+    {DType::F16, "F16", 1, 2},
+    {DType::Q4_0, "Q4_0", 32, 18},
+    {DType::Q8_0, "Q8_0", 32, 34},
+    {DType::Q4_K, "Q4_K", 256, 144},
+    {DType::Q6_K, "Q6_K", 256, 210},
+    {DType::BF16, "BF16", 1, 2},
+}};
+}  // namespace
+
+std::optional<DTypeTraits> dtype_traits(uint32_t raw_type) {
+  for (const auto& t : kTraits)
+    if (static_cast<uint32_t>(t.type) == raw_type) return t;
+  return std::nullopt;
+}
+
+const DTypeTraits& dtype_traits(DType type) {
+  for (const auto& t : kTraits)
+    if (t.type == type) return t;
+  std::abort();  // every enumerator is in the table
+}
+
+const char* dtype_name(DType type) { return dtype_traits(type).name; }
+
+std::optional<DType> dtype_from_name(std::string_view name) {
+  std::string upper(name);
+  std::transform(upper.begin(), upper.end(), upper.begin(), [](unsigned char c) { return (char)std::toupper(c); });
+  for (const auto& t : kTraits)
+    if (upper == t.name) return t.type;
+  return std::nullopt;
+}
+
+}  // namespace kestrel

@@ -1,0 +1,41 @@
+// The element types that tensors in model files use, with their block geometry.
+// Ids are GGUF's (ggml_type) so a file's type field maps directly.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace kestrel {
+
+enum class DType : uint32_t {
+  F32 = 0,
+  F16 = 1,
+  Q4_0 = 2,
+  Q8_0 = 8,
+  Q4_K = 12,
+  Q6_K = 14,
+  BF16 = 30,
+};
+
+struct DTypeTraits {
+  DType type;
+  const char* name;
+  uint32_t block_elems;  // elements per block (1 for plain floats)
+  uint32_t block_bytes;  // bytes per block
+};
+
+// Traits for a supported type, or nullopt for an id this build does not support.
+std::optional<DTypeTraits> dtype_traits(uint32_t raw_type);
+const DTypeTraits& dtype_traits(DType type);
+const char* dtype_name(DType type);
+// Parses "f32", "q4_0", "Q4_K", ... (case-insensitive).
+std::optional<DType> dtype_from_name(std::string_view name);
+// Bytes a row of n elements takes; n must be a multiple of the block size (checked by callers).
+inline size_t row_bytes(DType type, size_t n) {
+  const auto& t = dtype_traits(type);
+  return n / t.block_elems * t.block_bytes;
+}
+
+}  // namespace kestrel

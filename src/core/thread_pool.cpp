@@ -1,0 +1,86 @@
+#include "core/thread_pool.h"
+
+#include <algorithm>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace kestrel {
+
+ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
+  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+    generation_.fetch_add(1);
+  }
+  wake_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void ThreadPool::run_chunk(int thread_index) {
+  // Split [0, n_) into n_threads_ chunks aligned to grain_.
+  const size_t n_grains = (n_ + grain_ - 1) / grain_;
+  const size_t per = n_grains / n_threads_, extra = n_grains % n_threads_;
+  const size_t t = static_cast<size_t>(thread_index);
+  const size_t g_begin = t * per + std::min(t, extra);
+  const size_t g_end = g_begin + per + (t < extra ? 1 : 0);
+  const size_t begin = std::min(n_, g_begin * grain_), end = std::min(n_, g_end * grain_);
+  if (begin < end) (*body_)(begin, end, thread_index);
+}
+
+void ThreadPool::parallel_for(size_t n, size_t grain, const std::function<void(size_t, size_t, int)>& body) {
+  if (n == 0) return;
+  if (n_threads_ == 1 || n <= grain) {
+    body(0, n, 0);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    body_ = &body;
+    n_ = n;
+    grain_ = std::max<size_t>(1, grain);
+    pending_.store(n_threads_ - 1);
+    generation_.fetch_add(1, std::memory_order_release);
+  }
+  wake_.notify_all();
+  run_chunk(0);
+  // Decode steps are short: spin on the counter rather than sleeping.
+  while (pending_.load(std::memory_order_acquire) != 0) {
+#if defined(__x86_64__)
+    _mm_pause();
+#endif
+  }
+}
+
+void ThreadPool::worker_loop(int thread_index) {
+  uint64_t seen = 0;
+  for (;;) {
+    // Spin a little before sleeping: consecutive loops of a forward pass arrive microseconds apart.
+    uint64_t gen = generation_.load(std::memory_order_acquire);
+    for (int spin = 0; gen == seen && spin < 20000; ++spin) {
+#if defined(__x86_64__)
+      _mm_pause();
+#endif
+      gen = generation_.load(std::memory_order_acquire);
+    }
+    if (gen == seen) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] { return generation_.load() != seen; });
+      gen = generation_.load();
+    }
+    seen = gen;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (stopping_) return;
+    }
+    run_chunk(thread_index);
+    pending_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+}
+
+}  // namespace kestrel

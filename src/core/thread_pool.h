@@ -1,0 +1,46 @@
+// A fixed set of worker threads that run one parallel loop at a time.
+// The calling thread takes part, so ThreadPool(1) runs everything inline.
+// Contract: parallel_for is called from one thread at a time (the engine thread); the body must not
+// call parallel_for itself.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace kestrel {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int n_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int n_threads() const { return n_threads_; }
+
+  // Runs body(begin, end, thread_index) over [0, n) split into contiguous chunks, one per thread,
+  // and returns when all chunks are done. Chunk boundaries are multiples of `grain`.
+  void parallel_for(size_t n, size_t grain, const std::function<void(size_t, size_t, int)>& body);
+
+ private:
+  void worker_loop(int thread_index);
+  void run_chunk(int thread_index);
+
+  int n_threads_;
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  bool stopping_ = false;
+  // The current job; written by the caller before generation_ is bumped.
+  const std::function<void(size_t, size_t, int)>* body_ = nullptr;
+  size_t n_ = 0;
+  size_t grain_ = 1;
+};
+
+}  // namespace kestrel

@@ -1,0 +1,65 @@
+// Single-sequence generation over the paged KV cache: evaluate tokens (prefill in micro-batches, then one
+// token per step), sample, stop on end-of-generation or length. The serving engine (many sequences,
+// scheduler) builds on the same Model::forward with more than one block table.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "kv/block_pool.h"
+#include "kv/kv_storage.h"
+#include "model/model.h"
+#include "sample/sampler.h"
+
+namespace kestrel {
+
+struct GeneratorConfig {
+  int32_t n_ctx = 2048;      // most tokens the sequence may hold (KV pages are sized for this)
+  int32_t block_size = 16;   // tokens per KV page
+  int32_t n_ubatch = 512;    // most tokens per forward during prefill
+};
+
+struct GenerationStats {
+  int32_t n_prompt = 0;
+  int32_t n_generated = 0;
+  double prompt_s = 0;
+  double generate_s = 0;
+};
+
+class Generator {
+ public:
+  Generator(const Model& model, ThreadPool& pool, const GeneratorConfig& config);
+
+  // Appends tokens to the sequence and runs them; returns logits [n_rows, n_vocab] where n_rows is
+  // tokens.size() when all_logits, else 1 (the last token). Error when the context would overflow or a
+  // token id is outside the vocabulary.
+  Result<std::vector<float>> eval(std::span<const int32_t> tokens, bool all_logits);
+
+  // Prefill the prompt, then sample up to n_predict tokens; on_token(id) returns false to stop early.
+  // Stops before emitting any of end_tokens (end of generation) unless that list is empty.
+  Result<GenerationStats> generate(const std::vector<int32_t>& prompt, int32_t n_predict, Sampler& sampler,
+                                   const std::vector<int32_t>& end_tokens,
+                                   const std::function<bool(int32_t)>& on_token);
+
+  // Forget the sequence and return its pages.
+  void reset();
+  int32_t n_past() const { return n_past_; }
+  const std::vector<int32_t>& history() const { return history_; }
+  const BlockPool& block_pool() const { return pool_blocks_; }
+
+ private:
+  const Model& model_;
+  ThreadPool& pool_;
+  GeneratorConfig config_;
+  BlockPool pool_blocks_;
+  KvStorage kv_;
+  BlockTable table_;
+  int32_t n_past_ = 0;
+  std::vector<int32_t> history_;
+};
+
+}  // namespace kestrel

@@ -1,0 +1,81 @@
+#include "model/hparams.h"
+
+namespace kestrel {
+namespace {
+
+// Reads "<arch>.<suffix>" as an int in [lo, hi]; `fallback` when absent (or an error if required).
+Result<int> read_int(const GgufFile& f, const std::string& key, int lo, int hi, std::optional<int> fallback) {
+  auto v = f.get_int(key);
+  if (!v.ok()) return Error{v.error()};
+  if (!v.value()) {
+    if (fallback) return *fallback;
+    return Error{"missing required metadata '" + key + "'"};
+  }
+  const int64_t x = *v.value();
+  if (x < lo || x > hi)
+    return Error{"metadata '" + key + "' = " + std::to_string(x) + " is out of range [" + std::to_string(lo) + ", " +
+                 std::to_string(hi) + "]"};
+  return static_cast<int>(x);
+}
+
+Result<float> read_float(const GgufFile& f, const std::string& key, float lo, float hi, float fallback) {
+  auto v = f.get_float(key);
+  if (!v.ok()) return Error{v.error()};
+  if (!v.value()) return fallback;
+  const double x = *v.value();
+  if (!(x >= lo && x <= hi))
+    return Error{"metadata '" + key + "' = " + std::to_string(x) + " is out of range"};
+  return static_cast<float>(x);
+}
+
+}  // namespace
+
+Result<HParams> read_hparams(const GgufFile& f, const ArchTraits& arch) {
+  HParams hp;
+  hp.arch = arch.name;
+  const std::string p = std::string(arch.name) + ".";
+  constexpr int kBig = 1 << 24;
+#define READ_INT(field, key, lo, hi, fallback)                 \
+  {                                                            \
+    auto r = read_int(f, p + key, lo, hi, fallback);           \
+    if (!r.ok()) return Error{r.error()};                      \
+    hp.field = r.value();                                      \
+  }
+  READ_INT(n_embd, "embedding_length", 1, kBig, std::nullopt);
+  READ_INT(n_layers, "block_count", 1, 4096, std::nullopt);
+  READ_INT(n_heads, "attention.head_count", 1, 4096, std::nullopt);
+  READ_INT(n_kv_heads, "attention.head_count_kv", 1, 4096, hp.n_heads);
+  READ_INT(n_ff, "feed_forward_length", 1, kBig, 1);
+  READ_INT(n_ctx_train, "context_length", 1, kBig, 2048);
+  READ_INT(head_dim, "attention.key_length", 1, 4096, hp.n_embd / hp.n_heads);
+  READ_INT(n_rot, "rope.dimension_count", 0, 4096, hp.head_dim);
+  READ_INT(n_expert, "expert_count", 0, 4096, 0);
+  READ_INT(n_expert_used, "expert_used_count", 0, 4096, 0);
+  READ_INT(n_ff_expert, "expert_feed_forward_length", 1, kBig, hp.n_ff);
+#undef READ_INT
+  auto eps = read_float(f, p + "attention.layer_norm_rms_epsilon", 0.f, 1.f, 1e-5f);
+  if (!eps.ok()) return Error{eps.error()};
+  hp.rms_eps = eps.value();
+  auto base = read_float(f, p + "rope.freq_base", 1.f, 1e12f, 10000.f);
+  if (!base.ok()) return Error{base.error()};
+  hp.rope_freq_base = base.value();
+
+  if (hp.n_heads % hp.n_kv_heads != 0)
+    return Error{"head_count " + std::to_string(hp.n_heads) + " is not a multiple of head_count_kv " +
+                 std::to_string(hp.n_kv_heads)};
+  if (hp.n_rot > hp.head_dim || hp.n_rot % 2 != 0 || hp.n_rot > 1024)
+    return Error{"rope.dimension_count " + std::to_string(hp.n_rot) + " must be even and at most the head size " +
+                 std::to_string(hp.head_dim)};
+  if (hp.n_expert > 0 && !arch.moe)
+    return Error{std::string("architecture '") + arch.name + "' does not support experts (expert_count " +
+                 std::to_string(hp.n_expert) + ")"};
+  if (hp.n_expert > 0 && (hp.n_expert_used < 1 || hp.n_expert_used > hp.n_expert))
+    return Error{"expert_used_count " + std::to_string(hp.n_expert_used) + " must be in [1, expert_count " +
+                 std::to_string(hp.n_expert) + "]"};
+  const TensorView* embd = f.find_tensor("token_embd.weight");
+  if (!embd) return Error{"missing tensor 'token_embd.weight'"};
+  hp.n_vocab = static_cast<int>(embd->ne[1]);
+  return hp;
+}
+
+}  // namespace kestrel

@@ -1,0 +1,27 @@
+// Shared transformer blocks that architectures compose. Each takes the normalised input and returns
+// its output in a caller-provided buffer; residual adds happen in the caller.
+#pragma once
+#include "compute/ops.h"
+#include "model/arch.h"
+#include "model/forward_batch.h"
+#include "model/hparams.h"
+#include "model/weights.h"
+
+namespace kestrel::layers {
+
+// Self-attention with GQA, optional q/k/v bias and per-head q/k norm, RoPE, paged KV.
+// h: [n_tok, n_embd] (normalised input) -> out: [n_tok, n_embd].
+void attention(ThreadPool& pool, const HParams& hp, const ArchTraits& arch, const LayerWeights& L,
+               const TensorView* rope_freqs, const ForwardBatch& batch, const KvLayerView& kv, const float* h,
+               float* out);
+
+// SwiGLU feed-forward: out = down(silu(gate(h)) * up(h)). h: [n_tok, n_embd] -> out: [n_tok, n_embd].
+void ffn_dense(ThreadPool& pool, const WeightMatrix& gate, const WeightMatrix& up, const WeightMatrix& down,
+               const float* h, float* out, int n_tok);
+
+// Mixture of experts: softmax router over n_expert, top-k per token, optionally renormalised; each
+// chosen expert runs once over all the tokens routed to it. h, out: [n_tok, n_embd].
+void ffn_moe(ThreadPool& pool, const HParams& hp, const ArchTraits& arch, const LayerWeights& L, const float* h,
+             float* out, int n_tok);
+
+}  // namespace kestrel::layers

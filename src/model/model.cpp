@@ -1,0 +1,107 @@
+#include "model/model.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "model/layers.h"
+#include "quant/quantize.h"
+
+namespace kestrel {
+
+Result<std::unique_ptr<Model>> Model::load(const std::string& path, const std::function<void(double)>& progress) {
+  auto file = GgufFile::open(path);
+  if (!file.ok()) return Error{file.error()};
+  auto model = from_file(std::move(file).value());
+  if (!model.ok()) return Error{path + ": " + model.error()};
+  // Read every weight page once now, so load time is paid here rather than in the first forward.
+  const GgufFile& f = model.value()->file();
+  size_t total = 0, done = 0, next_report = 0;
+  for (const TensorView& t : f.tensors()) total += t.n_bytes;
+  volatile uint8_t sink = 0;
+  for (const TensorView& t : f.tensors()) {
+    for (size_t off = 0; off < t.n_bytes; off += 4096) sink = sink + t.data[off];
+    done += t.n_bytes;
+    if (progress && done >= next_report) {
+      progress(static_cast<double>(done) / static_cast<double>(total));
+      next_report = done + total / 100;
+    }
+  }
+  if (progress) progress(1.0);
+  return model;
+}
+
+Result<std::unique_ptr<Model>> Model::from_file(GgufFile file) {
+  auto arch_name = file.get_string("general.architecture");
+  if (!arch_name.ok()) return Error{arch_name.error()};
+  if (!arch_name.value()) return Error{"missing metadata 'general.architecture'"};
+  const ArchTraits* arch = find_arch(*arch_name.value());
+  if (!arch) {
+    std::string names;
+    for (const auto& n : supported_arch_names()) names += (names.empty() ? "" : ", ") + n;
+    return Error{"architecture '" + *arch_name.value() + "' is not supported (supported: " + names + ")"};
+  }
+  auto hp = read_hparams(file, *arch);
+  if (!hp.ok()) return Error{hp.error()};
+  auto weights = bind_weights(file, *arch, hp.value());
+  if (!weights.ok()) return Error{weights.error()};
+  std::unique_ptr<Model> m(new Model());
+  m->file_ = std::move(file);  // TensorViews point into the mapping, which moves with the shared_ptr
+  m->hparams_ = hp.value();
+  m->arch_ = arch;
+  m->weights_ = std::move(weights).value();
+  return m;
+}
+
+size_t Model::weight_bytes_per_token() const {
+  size_t total = 0;
+  for (const TensorView& t : file_.tensors())
+    if (&t != weights_.token_embd) total += t.n_bytes;
+  if (weights_.output == weights_.token_embd) total += weights_.token_embd->n_bytes;
+  return total + weights_.token_embd->row_bytes();
+}
+
+KvCacheSpec Model::kv_spec(int32_t n_blocks, int block_size) const {
+  KvCacheSpec spec;
+  spec.n_layers = hparams_.n_layers;
+  spec.n_kv_heads = hparams_.n_kv_heads;
+  spec.head_dim = hparams_.head_dim;
+  spec.block_size = block_size;
+  spec.n_blocks = n_blocks;
+  return spec;
+}
+
+// Step order per layer: norm -> attention -> residual add -> norm -> FFN (dense or MoE) -> residual add.
+// After the last layer only the rows whose logits are wanted are normalised and projected.
+void Model::forward(ThreadPool& pool, const ForwardBatch& batch, KvStorage& kv, float* logits) const {
+  const HParams& hp = hparams_;
+  const int n_tok = batch.n_tokens(), E = hp.n_embd;
+  std::vector<float> x(static_cast<size_t>(n_tok) * E);    // [n_tok, n_embd] residual stream
+  std::vector<float> h(x.size()), y(x.size());              // [n_tok, n_embd] normalised input, block output
+  const TensorView& embd = *weights_.token_embd;
+  for (int t = 0; t < n_tok; ++t)
+    dequantize_row(embd.type, embd.row(batch.tokens[t]), x.data() + static_cast<size_t>(t) * E, E);
+
+  for (int il = 0; il < hp.n_layers; ++il) {
+    const LayerWeights& L = weights_.layers[static_cast<size_t>(il)];
+    ops::rmsnorm(x.data(), reinterpret_cast<const float*>(L.attn_norm->data), h.data(), n_tok, E, hp.rms_eps);
+    layers::attention(pool, hp, *arch_, L, weights_.rope_freqs, batch, kv.layer(il), h.data(), y.data());
+    ops::add(x.data(), y.data(), x.size());
+    ops::rmsnorm(x.data(), reinterpret_cast<const float*>(L.ffn_norm->data), h.data(), n_tok, E, hp.rms_eps);
+    if (L.ffn_router)
+      layers::ffn_moe(pool, hp, *arch_, L, h.data(), y.data(), n_tok);
+    else
+      layers::ffn_dense(pool, WeightMatrix::from(*L.ffn_gate), WeightMatrix::from(*L.ffn_up),
+                        WeightMatrix::from(*L.ffn_down), h.data(), y.data(), n_tok);
+    ops::add(x.data(), y.data(), x.size());
+  }
+
+  const int n_out = static_cast<int>(batch.logits_rows.size());
+  std::vector<float> last(static_cast<size_t>(n_out) * E);  // [n_out, n_embd]
+  for (int i = 0; i < n_out; ++i)
+    std::copy_n(x.data() + static_cast<size_t>(batch.logits_rows[i]) * E, E, last.data() + static_cast<size_t>(i) * E);
+  ops::rmsnorm(last.data(), reinterpret_cast<const float*>(weights_.output_norm->data), last.data(), n_out, E,
+               hp.rms_eps);
+  ops::matmul(pool, WeightMatrix::from(*weights_.output), last.data(), logits, n_out);
+}
+
+}  // namespace kestrel

@@ -1,0 +1,50 @@
+// A loaded model: its file mapping, hyperparameters, architecture traits and weights by role, and the
+// forward pass. A Model is immutable after load; KV storage and the thread pool are passed in, so two
+// models (target and draft) can share a process.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "io/gguf.h"
+#include "kv/kv_storage.h"
+#include "model/arch.h"
+#include "model/forward_batch.h"
+#include "model/hparams.h"
+#include "model/weights.h"
+
+namespace kestrel {
+
+class Model {
+ public:
+  // progress(fraction) is called while weight pages are read in (may be empty).
+  static Result<std::unique_ptr<Model>> load(const std::string& path,
+                                             const std::function<void(double)>& progress = {});
+  static Result<std::unique_ptr<Model>> from_file(GgufFile file);
+
+  const GgufFile& file() const { return file_; }
+  const HParams& hparams() const { return hparams_; }
+  const ArchTraits& arch() const { return *arch_; }
+  const ModelWeights& weights() const { return weights_; }
+  // Bytes of weights a single-token forward reads (every matrix once, embeddings one row).
+  size_t weight_bytes_per_token() const;
+
+  // KV cache geometry for this model with n_blocks pages of block_size tokens.
+  KvCacheSpec kv_spec(int32_t n_blocks, int block_size) const;
+
+  // Runs the batch through every layer, writing each token's K/V into its slot in `kv` and the logits of
+  // batch.logits_rows into logits: [logits_rows.size(), n_vocab]. Positions must be < the block tables'
+  // capacity, and each token's earlier positions must already be in the cache (or in this batch, earlier).
+  void forward(ThreadPool& pool, const ForwardBatch& batch, KvStorage& kv, float* logits) const;
+
+ private:
+  Model() = default;
+  GgufFile file_;
+  HParams hparams_;
+  const ArchTraits* arch_ = nullptr;
+  ModelWeights weights_;
+};
+
+}  // namespace kestrel

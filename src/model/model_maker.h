@@ -1,0 +1,42 @@
+// Writes GGUF models with random weights for a given architecture, shape and weight type, with a
+// synthetic SentencePiece vocabulary (byte fallback), so tests and benchmarks need no downloads.
+// Weights ~ N(0, 0.05), norm weights ~ 1 + N(0, 0.1); deterministic for a given seed.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "core/status.h"
+
+namespace kestrel {
+
+struct ModelShape {
+  std::string arch = "llama";  // llama, qwen2, qwen3, qwen3moe
+  int n_embd = 256;
+  int n_layers = 2;
+  int n_heads = 8;
+  int n_kv_heads = 2;
+  int n_ff = 512;
+  int n_vocab = 512;           // at least 300 (special + byte tokens + pieces)
+  int n_ctx = 2048;
+  int n_expert = 0;            // > 0: MoE FFN (llama, qwen3moe)
+  int n_expert_used = 0;
+  bool tied_output = false;    // no output.weight: the classifier reuses token_embd
+  float rope_freq_base = 10000.f;
+};
+
+struct MakeModelOptions {
+  ModelShape shape;
+  // f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, or q4_k_m (Q4_K with Q6_K for attn_v, ffn_down and output).
+  std::string weight_type = "f32";
+  uint64_t seed = 42;
+};
+
+Status make_model(const MakeModelOptions& options, const std::string& path,
+                  const std::function<void(double)>& progress = {});
+
+// "tinyllama" (dim 2048, 22 layers, 32 heads, 4 KV heads, FFN 5632, vocab 32000), "stories-like" ... ;
+// false when the name is unknown.
+bool preset_shape(const std::string& name, ModelShape& shape);
+
+}  // namespace kestrel

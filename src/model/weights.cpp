@@ -1,0 +1,100 @@
+#include "model/weights.h"
+
+#include <set>
+
+namespace kestrel {
+namespace {
+
+class Binder {
+ public:
+  explicit Binder(const GgufFile& f) : f_(f) {}
+
+  // Finds `name` and checks its shape (ggml order). float_only: must be F32 (norms, biases, router).
+  Result<const TensorView*> get(const std::string& name, std::vector<int64_t> shape, bool float_only,
+                                bool required = true) {
+    const TensorView* t = f_.find_tensor(name);
+    if (!t) {
+      if (required) return Error{"missing tensor '" + name + "' (expected shape " + shape_str(shape) + ")"};
+      return static_cast<const TensorView*>(nullptr);
+    }
+    used_.insert(name);
+    bool match = t->n_dims == static_cast<int>(shape.size());
+    for (size_t d = 0; match && d < shape.size(); ++d) match = t->ne[d] == shape[d];
+    if (!match)
+      return Error{"tensor '" + name + "' has shape " + t->shape_string() + ", expected " + shape_str(shape)};
+    if (float_only && t->type != DType::F32)
+      return Error{"tensor '" + name + "' has type " + dtype_name(t->type) + ", expected F32"};
+    return t;
+  }
+  const std::set<std::string>& used() const { return used_; }
+
+ private:
+  static std::string shape_str(const std::vector<int64_t>& s) {
+    std::string out = "[";
+    for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+    return out + "]";
+  }
+  const GgufFile& f_;
+  std::set<std::string> used_;
+};
+
+}  // namespace
+
+Result<ModelWeights> bind_weights(const GgufFile& file, const ArchTraits& arch, const HParams& hp) {
+  Binder b(file);
+  ModelWeights w;
+  const int64_t E = hp.n_embd, V = hp.n_vocab, Dq = int64_t{hp.n_heads} * hp.head_dim,
+                Dkv = int64_t{hp.n_kv_heads} * hp.head_dim;
+#define BIND(dst, ...)                      \
+  {                                         \
+    auto r = b.get(__VA_ARGS__);            \
+    if (!r.ok()) return Error{r.error()};   \
+    dst = r.value();                        \
+  }
+  BIND(w.token_embd, "token_embd.weight", {E, V}, false);
+  BIND(w.output_norm, "output_norm.weight", {E}, true);
+  BIND(w.output, "output.weight", {E, V}, false, false);
+  if (!w.output) w.output = w.token_embd;  // tied classifier
+  BIND(w.rope_freqs, "rope_freqs.weight", {hp.n_rot / 2}, true, false);
+
+  w.layers.resize(static_cast<size_t>(hp.n_layers));
+  for (int il = 0; il < hp.n_layers; ++il) {
+    LayerWeights& L = w.layers[static_cast<size_t>(il)];
+    const std::string p = "blk." + std::to_string(il) + ".";
+    BIND(L.attn_norm, p + "attn_norm.weight", {E}, true);
+    BIND(L.wq, p + "attn_q.weight", {E, Dq}, false);
+    BIND(L.wk, p + "attn_k.weight", {E, Dkv}, false);
+    BIND(L.wv, p + "attn_v.weight", {E, Dkv}, false);
+    BIND(L.wo, p + "attn_output.weight", {Dq, E}, false);
+    if (arch.qkv_bias) {
+      BIND(L.bq, p + "attn_q.bias", {Dq}, true);
+      BIND(L.bk, p + "attn_k.bias", {Dkv}, true);
+      BIND(L.bv, p + "attn_v.bias", {Dkv}, true);
+    }
+    if (arch.qk_norm) {
+      BIND(L.q_norm, p + "attn_q_norm.weight", {hp.head_dim}, true);
+      BIND(L.k_norm, p + "attn_k_norm.weight", {hp.head_dim}, true);
+    }
+    BIND(L.ffn_norm, p + "ffn_norm.weight", {E}, true);
+    if (hp.n_expert > 0) {
+      const int64_t X = hp.n_expert, F = hp.n_ff_expert;
+      BIND(L.ffn_router, p + "ffn_gate_inp.weight", {E, X}, true);
+      BIND(L.ffn_gate_exps, p + "ffn_gate_exps.weight", {E, F, X}, false);
+      BIND(L.ffn_up_exps, p + "ffn_up_exps.weight", {E, F, X}, false);
+      BIND(L.ffn_down_exps, p + "ffn_down_exps.weight", {F, E, X}, false);
+    } else {
+      BIND(L.ffn_gate, p + "ffn_gate.weight", {E, hp.n_ff}, false);
+      BIND(L.ffn_up, p + "ffn_up.weight", {E, hp.n_ff}, false);
+      BIND(L.ffn_down, p + "ffn_down.weight", {hp.n_ff, E}, false);
+    }
+  }
+#undef BIND
+  // Tensors we would silently ignore mean a feature we do not implement: refuse rather than mis-compute.
+  for (const TensorView& t : file.tensors())
+    if (!b.used().count(t.name))
+      return Error{"tensor '" + t.name + "' is not used by the " + std::string(arch.name) +
+                   " architecture as implemented (unsupported variant?)"};
+  return w;
+}
+
+}  // namespace kestrel

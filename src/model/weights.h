@@ -1,0 +1,47 @@
+// The model's tensors, declared by role and checked at load time: every expected tensor must exist with
+// the expected shape (and a float type where the forward pass reads it as floats), or loading fails
+// naming the tensor, the expected shape and type, and the actual ones.
+#pragma once
+#include <vector>
+
+#include "core/status.h"
+#include "io/gguf.h"
+#include "model/arch.h"
+#include "model/hparams.h"
+
+namespace kestrel {
+
+struct LayerWeights {
+  const TensorView* attn_norm = nullptr;  // [n_embd] F32
+  const TensorView* wq = nullptr;         // [n_embd -> n_heads * head_dim]
+  const TensorView* wk = nullptr;         // [n_embd -> n_kv_heads * head_dim]
+  const TensorView* wv = nullptr;
+  const TensorView* wo = nullptr;         // [n_heads * head_dim -> n_embd]
+  const TensorView* bq = nullptr;         // optional biases (qwen2)
+  const TensorView* bk = nullptr;
+  const TensorView* bv = nullptr;
+  const TensorView* q_norm = nullptr;     // optional per-head norms [head_dim] (qwen3)
+  const TensorView* k_norm = nullptr;
+  const TensorView* ffn_norm = nullptr;   // [n_embd] F32
+  // Dense FFN (SwiGLU) ...
+  const TensorView* ffn_gate = nullptr;   // [n_embd -> n_ff]
+  const TensorView* ffn_up = nullptr;
+  const TensorView* ffn_down = nullptr;   // [n_ff -> n_embd]
+  // ... or mixture of experts.
+  const TensorView* ffn_router = nullptr;     // ffn_gate_inp [n_embd -> n_expert] F32
+  const TensorView* ffn_gate_exps = nullptr;  // [n_expert][n_embd -> n_ff_expert]
+  const TensorView* ffn_up_exps = nullptr;
+  const TensorView* ffn_down_exps = nullptr;  // [n_expert][n_ff_expert -> n_embd]
+};
+
+struct ModelWeights {
+  const TensorView* token_embd = nullptr;   // [n_vocab rows of n_embd]
+  const TensorView* output_norm = nullptr;  // [n_embd] F32
+  const TensorView* output = nullptr;       // [n_embd -> n_vocab]; token_embd when tied
+  const TensorView* rope_freqs = nullptr;   // optional [n_rot / 2] F32 frequency divisors (Llama 3.1 scaling)
+  std::vector<LayerWeights> layers;
+};
+
+Result<ModelWeights> bind_weights(const GgufFile& file, const ArchTraits& arch, const HParams& hp);
+
+}  // namespace kestrel

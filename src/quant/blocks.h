@@ -1,0 +1,54 @@
+// Byte layouts of the quantized block formats that GGUF files use (facts of the format).
+#pragma once
+#include <cstdint>
+
+namespace kestrel {
+
+constexpr int kQK = 32;    // elements per Q4_0 / Q8_0 block
+constexpr int kQK_K = 256;  // elements per K-quant super-block
+
+// 32 weights: w = d * q, q in [-127, 127].
+struct BlockQ8_0 {
+  uint16_t d;      // fp16 scale
+  int8_t qs[kQK];  // [32]
+};
+static_assert(sizeof(BlockQ8_0) == 34);
+
+// 32 weights: w = d * (q - 8), q in [0, 15]; element j in the low nibble of qs[j], element j+16 in the high.
+struct BlockQ4_0 {
+  uint16_t d;
+  uint8_t qs[kQK / 2];  // [16]
+};
+static_assert(sizeof(BlockQ4_0) == 18);
+
+// 256 weights in 8 sub-blocks of 32: w = d * sc[j] * q - dmin * m[j], with 6-bit sc/m packed in scales[12]
+// and 4-bit q. Sub-block pairs (2i, 2i+1) share 32 bytes of qs: low nibbles, then high nibbles.
+struct BlockQ4_K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[12];
+  uint8_t qs[kQK_K / 2];  // [128]
+};
+static_assert(sizeof(BlockQ4_K) == 144);
+
+// 256 weights in 16 sub-blocks of 16: w = d * scales[j] * (q - 32), q 6 bits split into ql (low 4) and qh (high 2).
+struct BlockQ6_K {
+  uint8_t ql[kQK_K / 2];      // [128]
+  uint8_t qh[kQK_K / 4];      // [64]
+  int8_t scales[kQK_K / 16];  // [16]
+  uint16_t d;
+};
+static_assert(sizeof(BlockQ6_K) == 210);
+
+// Unpacks the 6-bit scale and min of sub-block j (0..7) of a Q4_K block.
+inline void q4_k_scale_min(int j, const uint8_t* q, uint8_t& scale, uint8_t& min) {
+  if (j < 4) {
+    scale = q[j] & 63;
+    min = q[j + 4] & 63;
+  } else {
+    scale = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    min = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+}  // namespace kestrel

@@ -1,0 +1,229 @@
+#include "quant/quantize.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/fp16.h"
+#include "quant/blocks.h"
+
+namespace kestrel {
+namespace {
+
+void dequant_q8_0(const BlockQ8_0* b, float* y, size_t nb) {
+  for (size_t i = 0; i < nb; ++i) {
+    const float d = fp16_to_fp32(b[i].d);
+    for (int j = 0; j < kQK; ++j) y[i * kQK + j] = d * b[i].qs[j];
+  }
+}
+
+void dequant_q4_0(const BlockQ4_0* b, float* y, size_t nb) {
+  for (size_t i = 0; i < nb; ++i) {
+    const float d = fp16_to_fp32(b[i].d);
+    for (int j = 0; j < kQK / 2; ++j) {
+      y[i * kQK + j] = d * ((b[i].qs[j] & 0xF) - 8);
+      y[i * kQK + j + 16] = d * ((b[i].qs[j] >> 4) - 8);
+    }
+  }
+}
+
+void dequant_q4_k(const BlockQ4_K* b, float* y, size_t nb) {
+  for (size_t i = 0; i < nb; ++i) {
+    const float d = fp16_to_fp32(b[i].d), dmin = fp16_to_fp32(b[i].dmin);
+    const uint8_t* q = b[i].qs;
+    float* out = y + i * kQK_K;
+    for (int pair = 0; pair < 4; ++pair) {  // 64 elements: sub-blocks 2*pair (low nibbles), 2*pair+1 (high)
+      uint8_t sc, m;
+      q4_k_scale_min(2 * pair, b[i].scales, sc, m);
+      const float d1 = d * sc, m1 = dmin * m;
+      q4_k_scale_min(2 * pair + 1, b[i].scales, sc, m);
+      const float d2 = d * sc, m2 = dmin * m;
+      for (int l = 0; l < 32; ++l) out[l] = d1 * (q[l] & 0xF) - m1;
+      for (int l = 0; l < 32; ++l) out[32 + l] = d2 * (q[l] >> 4) - m2;
+      out += 64;
+      q += 32;
+    }
+  }
+}
+
+void dequant_q6_k(const BlockQ6_K* b, float* y, size_t nb) {
+  for (size_t i = 0; i < nb; ++i) {
+    const float d = fp16_to_fp32(b[i].d);
+    const uint8_t* ql = b[i].ql;
+    const uint8_t* qh = b[i].qh;
+    const int8_t* sc = b[i].scales;
+    float* out = y + i * kQK_K;
+    for (int half = 0; half < 2; ++half) {  // 128 elements each
+      for (int l = 0; l < 32; ++l) {
+        const int is = l / 16;
+        const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+        const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+        const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+        const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+        out[l] = d * sc[is + 0] * q1;
+        out[l + 32] = d * sc[is + 2] * q2;
+        out[l + 64] = d * sc[is + 4] * q3;
+        out[l + 96] = d * sc[is + 6] * q4;
+      }
+      out += 128;
+      ql += 64;
+      qh += 32;
+      sc += 8;
+    }
+  }
+}
+
+void quant_q8_0(const float* x, BlockQ8_0* b, size_t nb) {
+  for (size_t i = 0; i < nb; ++i) {
+    float amax = 0;
+    for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[i * kQK + j]));
+    const float d = amax / 127.f, id = d ? 1.f / d : 0.f;
+    b[i].d = fp32_to_fp16(d);
+    for (int j = 0; j < kQK; ++j) b[i].qs[j] = static_cast<int8_t>(std::lround(x[i * kQK + j] * id));
+  }
+}
+
+void quant_q4_0(const float* x, BlockQ4_0* b, size_t nb) {
+  for (size_t i = 0; i < nb; ++i) {
+    const float* xb = x + i * kQK;
+    float max = 0, amax = 0;  // the value of largest magnitude, with its sign, maps to q = 0
+    for (int j = 0; j < kQK; ++j)
+      if (std::fabs(xb[j]) > amax) { amax = std::fabs(xb[j]); max = xb[j]; }
+    const float d = max / -8.f, id = d ? 1.f / d : 0.f;
+    b[i].d = fp32_to_fp16(d);
+    for (int j = 0; j < kQK / 2; ++j) {
+      const int q0 = std::min(15, static_cast<int>(xb[j] * id + 8.5f));
+      const int q1 = std::min(15, static_cast<int>(xb[j + 16] * id + 8.5f));
+      b[i].qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
+    }
+  }
+}
+
+void quant_q4_k(const float* x, BlockQ4_K* b, size_t nb) {
+  for (size_t i = 0; i < nb; ++i) {
+    const float* xb = x + i * kQK_K;
+    float scales[8], mins[8];  // per sub-block: w ~ scale * q - min, min >= 0
+    for (int j = 0; j < 8; ++j) {
+      float lo = xb[j * 32], hi = xb[j * 32];
+      for (int l = 0; l < 32; ++l) { lo = std::min(lo, xb[j * 32 + l]); hi = std::max(hi, xb[j * 32 + l]); }
+      lo = std::min(lo, 0.f);
+      scales[j] = (hi - lo) / 15.f;
+      mins[j] = -lo;
+    }
+    const float max_scale = *std::max_element(scales, scales + 8), max_min = *std::max_element(mins, mins + 8);
+    const float d = max_scale / 63.f, dmin = max_min / 63.f;
+    b[i].d = fp32_to_fp16(d);
+    b[i].dmin = fp32_to_fp16(dmin);
+    const float d_used = fp16_to_fp32(b[i].d), dmin_used = fp16_to_fp32(b[i].dmin);
+    uint8_t sc6[8], m6[8];
+    for (int j = 0; j < 8; ++j) {
+      sc6[j] = static_cast<uint8_t>(std::clamp<long>(d_used ? std::lround(scales[j] / d_used) : 0, 0, 63));
+      m6[j] = static_cast<uint8_t>(std::clamp<long>(dmin_used ? std::lround(mins[j] / dmin_used) : 0, 0, 63));
+    }
+    std::memset(b[i].scales, 0, 12);
+    for (int j = 0; j < 8; ++j) {
+      if (j < 4) {
+        b[i].scales[j] = sc6[j];
+        b[i].scales[j + 4] = m6[j];
+      } else {
+        b[i].scales[j + 4] = static_cast<uint8_t>((sc6[j] & 0xF) | ((m6[j] & 0xF) << 4));
+        b[i].scales[j - 4] |= static_cast<uint8_t>((sc6[j] >> 4) << 6);
+        b[i].scales[j] |= static_cast<uint8_t>((m6[j] >> 4) << 6);
+      }
+    }
+    uint8_t q[kQK_K];
+    for (int j = 0; j < 8; ++j) {
+      const float ds = d_used * sc6[j], dm = dmin_used * m6[j];
+      for (int l = 0; l < 32; ++l) {
+        const float v = ds ? (xb[j * 32 + l] + dm) / ds : 0.f;
+        q[j * 32 + l] = static_cast<uint8_t>(std::clamp<long>(std::lround(v), 0, 15));
+      }
+    }
+    for (int pair = 0; pair < 4; ++pair)
+      for (int l = 0; l < 32; ++l)
+        b[i].qs[pair * 32 + l] = static_cast<uint8_t>(q[pair * 64 + l] | (q[pair * 64 + 32 + l] << 4));
+  }
+}
+
+void quant_q6_k(const float* x, BlockQ6_K* b, size_t nb) {
+  for (size_t i = 0; i < nb; ++i) {
+    const float* xb = x + i * kQK_K;
+    float scales[16];
+    float max_abs_scale = 0, max_scale = 0;
+    for (int j = 0; j < 16; ++j) {
+      float amax = 0, max = 0;
+      for (int l = 0; l < 16; ++l)
+        if (std::fabs(xb[j * 16 + l]) > amax) { amax = std::fabs(xb[j * 16 + l]); max = xb[j * 16 + l]; }
+      scales[j] = max / -32.f;
+      if (std::fabs(scales[j]) > max_abs_scale) { max_abs_scale = std::fabs(scales[j]); max_scale = scales[j]; }
+    }
+    const float d = max_scale / -128.f;
+    b[i].d = fp32_to_fp16(d);
+    const float d_used = fp16_to_fp32(b[i].d);
+    const float id = d_used ? 1.f / d_used : 0.f;
+    uint8_t q[kQK_K];
+    for (int j = 0; j < 16; ++j) {
+      b[i].scales[j] = static_cast<int8_t>(std::clamp<long>(std::lround(id * scales[j]), -128, 127));
+      const float ds = d_used * b[i].scales[j];
+      for (int l = 0; l < 16; ++l) {
+        const long v = ds ? std::lround(xb[j * 16 + l] / ds) : 0;
+        q[j * 16 + l] = static_cast<uint8_t>(std::clamp<long>(v, -32, 31) + 32);
+      }
+    }
+    for (int half = 0; half < 2; ++half) {
+      uint8_t* ql = b[i].ql + half * 64;
+      uint8_t* qh = b[i].qh + half * 32;
+      const uint8_t* qq = q + half * 128;
+      for (int l = 0; l < 32; ++l) {
+        const uint8_t q1 = qq[l], q2 = qq[l + 32], q3 = qq[l + 64], q4 = qq[l + 96];
+        ql[l] = static_cast<uint8_t>((q1 & 0xF) | ((q3 & 0xF) << 4));
+        ql[l + 32] = static_cast<uint8_t>((q2 & 0xF) | ((q4 & 0xF) << 4));
+        qh[l] = static_cast<uint8_t>((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void dequantize_row(DType type, const void* row, float* out, size_t n) {
+  switch (type) {
+    case DType::F32: std::memcpy(out, row, n * sizeof(float)); break;
+    case DType::F16: {
+      const auto* h = static_cast<const uint16_t*>(row);
+      for (size_t i = 0; i < n; ++i) out[i] = fp16_to_fp32(h[i]);
+      break;
+    }
+    case DType::BF16: {
+      const auto* h = static_cast<const uint16_t*>(row);
+      for (size_t i = 0; i < n; ++i) out[i] = bf16_to_fp32(h[i]);
+      break;
+    }
+    case DType::Q8_0: dequant_q8_0(static_cast<const BlockQ8_0*>(row), out, n / kQK); break;
+    case DType::Q4_0: dequant_q4_0(static_cast<const BlockQ4_0*>(row), out, n / kQK); break;
+    case DType::Q4_K: dequant_q4_k(static_cast<const BlockQ4_K*>(row), out, n / kQK_K); break;
+    case DType::Q6_K: dequant_q6_k(static_cast<const BlockQ6_K*>(row), out, n / kQK_K); break;
+  }
+}
+
+void quantize_row(DType type, const float* in, void* row, size_t n) {
+  switch (type) {
+    case DType::F32: std::memcpy(row, in, n * sizeof(float)); break;
+    case DType::F16: {
+      auto* h = static_cast<uint16_t*>(row);
+      for (size_t i = 0; i < n; ++i) h[i] = fp32_to_fp16(in[i]);
+      break;
+    }
+    case DType::BF16: {
+      auto* h = static_cast<uint16_t*>(row);
+      for (size_t i = 0; i < n; ++i) h[i] = fp32_to_bf16(in[i]);
+      break;
+    }
+    case DType::Q8_0: quant_q8_0(in, static_cast<BlockQ8_0*>(row), n / kQK); break;
+    case DType::Q4_0: quant_q4_0(in, static_cast<BlockQ4_0*>(row), n / kQK); break;
+    case DType::Q4_K: quant_q4_k(in, static_cast<BlockQ4_K*>(row), n / kQK_K); break;
+    case DType::Q6_K: quant_q6_k(in, static_cast<BlockQ6_K*>(row), n / kQK_K); break;
+  }
+}
+
+}  // namespace kestrel

@@ -1,0 +1,83 @@
+#include "sample/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <unordered_map>
+
+namespace kestrel {
+
+Status SamplingParams::validate() const {
+  auto bad = [](const std::string& what) { return Status(Error{what}); };
+  if (!std::isfinite(temperature) || temperature < 0) return bad("temperature must be >= 0");
+  if (!std::isfinite(top_p) || top_p <= 0 || top_p > 1) return bad("top_p must be in (0, 1]");
+  if (!std::isfinite(min_p) || min_p < 0 || min_p > 1) return bad("min_p must be in [0, 1]");
+  if (!std::isfinite(repeat_penalty) || repeat_penalty <= 0) return bad("repeat_penalty must be > 0");
+  if (!std::isfinite(frequency_penalty) || std::fabs(frequency_penalty) > 2) return bad("frequency_penalty must be in [-2, 2]");
+  if (!std::isfinite(presence_penalty) || std::fabs(presence_penalty) > 2) return bad("presence_penalty must be in [-2, 2]");
+  if (penalty_last_n < -1) return bad("penalty_last_n must be >= -1");
+  return {};
+}
+
+Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
+
+int32_t Sampler::sample(float* logits, int32_t n_vocab, const std::vector<int32_t>& history) {
+  const SamplingParams& p = params_;
+  // 1. Penalties over the recent window.
+  if (p.repeat_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) {
+    const size_t window = p.penalty_last_n < 0 ? history.size() : std::min<size_t>(history.size(), p.penalty_last_n);
+    std::unordered_map<int32_t, int> counts;
+    for (size_t i = history.size() - window; i < history.size(); ++i) ++counts[history[i]];
+    for (const auto& [token, count] : counts) {
+      if (token < 0 || token >= n_vocab) continue;
+      float& l = logits[token];
+      l = l > 0 ? l / p.repeat_penalty : l * p.repeat_penalty;
+      l -= static_cast<float>(count) * p.frequency_penalty + p.presence_penalty;
+    }
+  }
+  // 2. Greedy.
+  if (p.temperature <= 0) return static_cast<int32_t>(std::max_element(logits, logits + n_vocab) - logits);
+
+  // 3. Candidates sorted by logit (top-k first so the sort is partial).
+  std::vector<int32_t> ids(static_cast<size_t>(n_vocab));  // [n_candidates]
+  std::iota(ids.begin(), ids.end(), 0);
+  size_t n = ids.size();
+  if (p.top_k > 0 && static_cast<size_t>(p.top_k) < n) n = static_cast<size_t>(p.top_k);
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n), ids.end(),
+                    [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+  ids.resize(n);
+  // 4. Softmax with temperature.
+  std::vector<double> probs(n);  // [n_candidates]
+  const double max = logits[ids[0]];
+  double sum = 0;
+  for (size_t i = 0; i < n; ++i) sum += (probs[i] = std::exp((logits[ids[i]] - max) / p.temperature));
+  for (auto& x : probs) x /= sum;
+  // 5. min-p: drop candidates below min_p * top probability.
+  if (p.min_p > 0) {
+    size_t keep = 1;
+    while (keep < n && probs[keep] >= p.min_p * probs[0]) ++keep;
+    n = keep;
+  }
+  // 6. top-p: smallest prefix whose mass reaches top_p.
+  if (p.top_p < 1) {
+    double mass = 0;
+    size_t keep = 0;
+    while (keep < n) {
+      mass += probs[keep++];
+      if (mass >= p.top_p) break;
+    }
+    n = keep;
+  }
+  // 7. Draw.
+  double total = 0;
+  for (size_t i = 0; i < n; ++i) total += probs[i];
+  const double r = std::uniform_real_distribution<double>(0.0, total)(rng_);
+  double acc = 0;
+  for (size_t i = 0; i < n; ++i) {
+    acc += probs[i];
+    if (r < acc) return ids[i];
+  }
+  return ids[n - 1];
+}
+
+}  // namespace kestrel

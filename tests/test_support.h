@@ -1,0 +1,51 @@
+// Helpers shared by the tests: where ../shared is, reading files, temporary paths, running the CLI.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace kestrel::test {
+
+// KESTREL_SHARED, else ../shared next to the repository; empty when absent.
+inline std::string shared_dir() {
+  namespace fs = std::filesystem;
+  if (const char* env = std::getenv("KESTREL_SHARED"); env && fs::is_directory(env)) return env;
+  const fs::path guess = fs::path(KESTREL_SOURCE_DIR).parent_path() / "shared";
+  return fs::is_directory(guess) ? guess.string() : std::string();
+}
+
+#define KESTREL_REQUIRE_SHARED(dir)                                                          \
+  const std::string dir = ::kestrel::test::shared_dir();                                     \
+  if (dir.empty()) GTEST_SKIP() << "../shared not found (set KESTREL_SHARED); skipping"
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A fresh path in the temporary directory, removed by the caller or left for the OS.
+inline std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() /
+          ("kestrel-test-" + std::to_string(::getpid()) + "-" + name)).string();
+}
+
+// Runs a shell command, returning its exit status and stdout.
+inline int run_command(const std::string& command, std::string& output) {
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (!pipe) return -1;
+  char buf[4096];
+  size_t n;
+  output.clear();
+  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) output.append(buf, n);
+  const int status = ::pclose(pipe);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace kestrel::test

@@ -1,0 +1,119 @@
+// kestrel generate: stream a completion of a prompt.
+#include <cstdio>
+#include <random>
+
+#include "common.h"
+#include "core/timer.h"
+#include "engine/generator.h"
+#include "tokenizer/stream_decoder.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kestrel::cli {
+namespace {
+
+struct GenerateArgs {
+  std::string model, prompt, prompt_file;
+  int n_predict = 128;
+  int threads = default_threads();
+  int ctx = 0;
+  int block_size = 16;
+  int ubatch = 512;
+  int64_t seed = -1;
+  bool ignore_eos = false;
+  bool no_display_prompt = false;
+  SamplingParams sampling;
+};
+
+int run_generate(GenerateArgs& a) {
+  if (!a.prompt_file.empty() && !read_text_file(a.prompt_file, a.prompt)) return 1;
+  if (auto st = a.sampling.validate(); !st.ok()) {
+    std::fprintf(stderr, "error: %s\n", st.error().c_str());
+    return 1;
+  }
+  a.sampling.seed = a.seed >= 0 ? static_cast<uint64_t>(a.seed) : std::random_device{}();
+  auto model = load_model(a.model);
+  if (!model) return 1;
+  auto tokenizer = Tokenizer::from_gguf(model->file());
+  if (!tokenizer.ok()) {
+    std::fprintf(stderr, "error: %s\n", tokenizer.error().c_str());
+    return 1;
+  }
+  if (!tokenizer->has_vocab()) {
+    std::fprintf(stderr, "error: the model has no tokenizer vocabulary\n");
+    return 1;
+  }
+  const std::vector<int32_t> prompt = tokenizer->encode(a.prompt, true, true);
+  if (prompt.empty()) {
+    std::fprintf(stderr, "error: the prompt is empty\n");
+    return 1;
+  }
+  GeneratorConfig config;
+  config.n_ctx = a.ctx > 0 ? a.ctx : std::min(model->hparams().n_ctx_train, 4096);
+  config.block_size = a.block_size;
+  config.n_ubatch = a.ubatch;
+  ThreadPool pool(a.threads);
+  Generator generator(*model, pool, config);
+  Sampler sampler(a.sampling);
+
+  if (!a.no_display_prompt) {
+    std::fputs(a.prompt.c_str(), stdout);
+    std::fflush(stdout);
+  }
+  StreamDecoder decoder(*tokenizer);
+  std::vector<int32_t> end_tokens;
+  if (!a.ignore_eos)
+    for (int32_t id : {tokenizer->vocab().eos, tokenizer->vocab().eot})
+      if (id >= 0) end_tokens.push_back(id);
+  auto stats = generator.generate(prompt, a.n_predict, sampler, end_tokens, [&](int32_t token) {
+    const std::string text = decoder.push(token);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+    return true;
+  });
+  const std::string rest = decoder.flush();
+  std::fwrite(rest.data(), 1, rest.size(), stdout);
+  std::fputs("\n", stdout);
+  std::fflush(stdout);
+  if (!stats.ok()) {
+    std::fprintf(stderr, "error: %s\n", stats.error().c_str());
+    return 1;
+  }
+  const GenerationStats& s = stats.value();
+  std::fprintf(stderr, "prompt: %d tokens in %.3f s (%.2f tokens/s)\n", s.n_prompt, s.prompt_s,
+               s.prompt_s > 0 ? s.n_prompt / s.prompt_s : 0.0);
+  std::fprintf(stderr, "generation: %d tokens in %.3f s (%.2f tokens/s)\n", s.n_generated, s.generate_s,
+               s.generate_s > 0 ? (s.n_generated > 1 ? (s.n_generated - 1) / s.generate_s : s.n_generated / s.generate_s)
+                                : 0.0);
+  return 0;
+}
+
+}  // namespace
+
+void add_generate(CLI::App& app, Action& run) {
+  auto args = std::make_shared<GenerateArgs>();
+  CLI::App* cmd = app.add_subcommand("generate", "Generate text from a prompt, streaming it as it is produced");
+  cmd->add_option("-m,--model", args->model, "GGUF model file")->required()->check(CLI::ExistingFile);
+  auto* p = cmd->add_option("-p,--prompt", args->prompt, "Prompt text");
+  auto* f = cmd->add_option("-f,--file", args->prompt_file, "Read the prompt from a file")->check(CLI::ExistingFile);
+  p->excludes(f);
+  cmd->add_option("-n,--n-predict", args->n_predict, "Tokens to generate")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("-t,--threads", args->threads, "Threads")->check(CLI::Range(1, 1024));
+  cmd->add_option("-c,--ctx-size", args->ctx, "Context size in tokens (0: the model's, at most 4096)")
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("-b,--batch-size", args->ubatch, "Tokens per forward pass during prefill")->check(CLI::Range(1, 8192));
+  cmd->add_option("--block-size", args->block_size, "KV cache page size in tokens")->check(CLI::Range(1, 1024));
+  cmd->add_option("--temp", args->sampling.temperature, "Temperature (0: greedy)");
+  cmd->add_option("--top-k", args->sampling.top_k, "Top-k (0: off)");
+  cmd->add_option("--top-p", args->sampling.top_p, "Top-p (1: off)");
+  cmd->add_option("--min-p", args->sampling.min_p, "Min-p (0: off)");
+  cmd->add_option("--repeat-penalty", args->sampling.repeat_penalty, "Repetition penalty (1: off)");
+  cmd->add_option("--repeat-last-n", args->sampling.penalty_last_n, "Tokens the penalties look back over (-1: all)");
+  cmd->add_option("--presence-penalty", args->sampling.presence_penalty, "Presence penalty");
+  cmd->add_option("--frequency-penalty", args->sampling.frequency_penalty, "Frequency penalty");
+  cmd->add_option("-s,--seed", args->seed, "Random seed (-1: random)");
+  cmd->add_flag("--ignore-eos", args->ignore_eos, "Keep generating past end-of-sequence tokens");
+  cmd->add_flag("--no-display-prompt", args->no_display_prompt, "Do not echo the prompt");
+  cmd->callback([&run, args] { run = [args] { return run_generate(*args); }; });
+}
+
+}  // namespace kestrel::cli

@@ -1,0 +1,28 @@
+// Pieces the `kestrel` subcommands share: model loading with a progress bar, thread defaults, file reads.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "model/model.h"
+
+namespace kestrel::cli {
+
+// Each subcommand registers itself and sets `run` to the action to perform when chosen.
+using Action = std::function<int()>;
+void add_generate(CLI::App& app, Action& run);
+void add_info(CLI::App& app, Action& run);
+void add_tokenize(CLI::App& app, Action& run);
+void add_logits(CLI::App& app, Action& run);
+void add_make_model(CLI::App& app, Action& run);
+
+int default_threads();
+// Loads a model, drawing a progress bar on stderr when it is a terminal; prints the error and returns null.
+std::unique_ptr<Model> load_model(const std::string& path, bool quiet = false);
+// A progress callback that draws "label [#####     ] 42%" on a terminal, and nothing otherwise.
+std::function<void(double)> progress_bar(const std::string& label);
+// Reads a whole file; false with a message on stderr when it cannot.
+bool read_text_file(const std::string& path, std::string& out);
+
+}  // namespace kestrel::cli
