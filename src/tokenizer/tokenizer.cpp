@@ -107,7 +107,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
     if (f.token >= 0) {
       out.push_back(f.token);
       prev_special = true;
-    } else {
+    } else if (!f.text.empty()) {
       encode_text(f.text, prev_special, out);
       prev_special = false;
     }

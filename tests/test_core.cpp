@@ -1,0 +1,60 @@
+// Block pool bookkeeping and the thread pool.
+#include <atomic>
+#include <numeric>
+
+#include "core/thread_pool.h"
+#include "kv/block_pool.h"
+#include "test_support.h"
+
+namespace kestrel {
+namespace {
+
+TEST(BlockPool, AllocatesLowestFreeFirstAndCountsRefs) {
+  BlockPool pool(4);
+  EXPECT_EQ(*pool.allocate(), 0);
+  EXPECT_EQ(*pool.allocate(), 1);
+  EXPECT_EQ(*pool.allocate(), 2);
+  pool.retain(1);
+  EXPECT_EQ(pool.ref_count(1), 2);
+  pool.release(1);
+  EXPECT_EQ(pool.n_free(), 1);
+  pool.release(1);
+  EXPECT_EQ(pool.n_free(), 2);
+  EXPECT_EQ(*pool.allocate(), 1);  // lowest free id
+  EXPECT_EQ(*pool.allocate(), 3);
+  EXPECT_FALSE(pool.allocate().has_value());
+  EXPECT_EQ(pool.n_free() + pool.n_in_use(), pool.n_blocks());
+}
+
+TEST(BlockTable, ReservesWholePagesOrNothing) {
+  BlockPool pool(11);
+  BlockTable a, b;
+  ASSERT_TRUE(a.reserve(pool, 48, 16));
+  EXPECT_EQ(a.ids(), (std::vector<int32_t>{0, 1, 2}));
+  ASSERT_TRUE(a.reserve(pool, 49, 16));
+  EXPECT_EQ(a.ids().size(), 4u);
+  ASSERT_TRUE(b.reserve(pool, 16 * 7, 16));
+  EXPECT_EQ(pool.n_free(), 0);
+  EXPECT_FALSE(b.reserve(pool, 16 * 8, 16));
+  EXPECT_EQ(b.ids().size(), 7u);  // unchanged on failure
+  a.release_all(pool);
+  EXPECT_EQ(pool.n_free(), 4);
+  EXPECT_TRUE(a.ids().empty());
+}
+
+TEST(ThreadPool, CoversRangeExactlyOnce) {
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (size_t n : {0u, 1u, 7u, 100u, 1001u}) {
+      std::vector<std::atomic<int>> hits(n);
+      for (int rep = 0; rep < 50; ++rep)
+        pool.parallel_for(n, 4, [&](size_t b, size_t e, int) {
+          for (size_t i = b; i < e; ++i) ++hits[i];
+        });
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 50) << threads << " threads, n=" << n << " i=" << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kestrel
