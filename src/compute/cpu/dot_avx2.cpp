@@ -20,10 +20,6 @@ inline float hsum8(__m256 v) {
 
 inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
 
-// 8 unsigned bytes -> 8 floats.
-inline __m256 u8x8_to_ps(const uint8_t* p) {
-  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
-}
 inline __m256 i8x8_to_ps(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)); }
 
 float dot_f32(const void* row, const float* x, size_t n) {

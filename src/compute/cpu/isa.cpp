@@ -3,6 +3,10 @@
 #include <cstdlib>
 #include <cstring>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 namespace kestrel {
 
 const char* isa_name(Isa isa) {
@@ -15,17 +19,26 @@ const char* isa_name(Isa isa) {
 }
 
 namespace {
-Isa hardware_isa() {
 #if defined(__x86_64__) && defined(KESTREL_HAVE_X86_KERNELS)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
-    return Isa::Avx512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
-    return Isa::Avx2;
-#endif
+// CPUID feature bits plus the OS's consent (XCR0) to save the wider registers on context switches.
+Isa hardware_isa() {
+  unsigned eax, ebx, ecx, edx;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return Isa::Scalar;
+  const bool fma = ecx & (1u << 12), osxsave = ecx & (1u << 27), f16c = ecx & (1u << 29);
+  if (!osxsave || !fma || !f16c) return Isa::Scalar;
+  unsigned xcr0_lo, xcr0_hi;
+  __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  const bool os_ymm = (xcr0_lo & 0x6u) == 0x6u, os_zmm = (xcr0_lo & 0xE6u) == 0xE6u;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return Isa::Scalar;
+  const bool avx2 = ebx & (1u << 5), avx512f = ebx & (1u << 16), avx512bw = ebx & (1u << 30),
+             avx512vl = ebx & (1u << 31);
+  if (os_zmm && avx2 && avx512f && avx512bw && avx512vl) return Isa::Avx512;
+  if (os_ymm && avx2) return Isa::Avx2;
   return Isa::Scalar;
 }
+#else
+Isa hardware_isa() { return Isa::Scalar; }
+#endif
 }  // namespace
 
 std::vector<Isa> runnable_isas() {
