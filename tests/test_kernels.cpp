@@ -82,7 +82,7 @@ TEST(Kernels, PagedAttentionMatchesFullSoftmax) {
   const int n_heads = 8, n_kv = 2, hd = 32, bs = 4, n_blocks = 12;
   std::vector<float> k = random_vector(static_cast<size_t>(n_blocks) * n_kv * bs * hd, 21);
   std::vector<float> v = random_vector(k.size(), 22);
-  KvLayerView kv{k.data(), v.data(), bs, n_kv, hd};
+  KvLayerView kv{k.data(), v.data(), bs, n_kv, hd, hd, hd};
   // Two sequences with scattered, non-contiguous pages, attending at different positions.
   const std::vector<int32_t> table_a = {7, 2, 9, 0, 5}, table_b = {1, 11, 3};
   const std::vector<int32_t> positions = {0, 5, 17, 19, 3, 10};
@@ -94,6 +94,24 @@ TEST(Kernels, PagedAttentionMatchesFullSoftmax) {
   std::vector<float> got(q.size()), want(q.size());
   ops::attention_paged(pool, q.data(), kv, rows, got.data(), n_tok, n_heads, 0.2f);
   ref::attention(q.data(), kv, rows, want.data(), n_tok, n_heads, 0.2f);
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << i;
+}
+
+TEST(Kernels, LatentAttentionWithValueInsideKeyRows) {
+  // MLA layout: one cached row per token of k_dim floats whose first v_dim floats are the value.
+  ThreadPool pool(2);
+  const int n_heads = 4, k_dim = 80, v_dim = 64, bs = 16, n_blocks = 3;
+  std::vector<float> k = random_vector(static_cast<size_t>(n_blocks) * bs * k_dim, 31);
+  KvLayerView kv{k.data(), k.data(), bs, 1, k_dim, v_dim, k_dim};
+  const std::vector<int32_t> table = {2, 0, 1};
+  const std::vector<int32_t> positions = {0, 15, 16, 40};
+  const std::vector<const int32_t*> tables(positions.size(), table.data());
+  const AttentionRows rows{positions, tables};
+  const int n_tok = static_cast<int>(positions.size());
+  const auto q = random_vector(static_cast<size_t>(n_tok) * n_heads * k_dim, 32, 0.2f);
+  std::vector<float> got(static_cast<size_t>(n_tok) * n_heads * v_dim), want(got.size());
+  ops::attention_paged(pool, q.data(), kv, rows, got.data(), n_tok, n_heads, 0.125f);
+  ref::attention(q.data(), kv, rows, want.data(), n_tok, n_heads, 0.125f);
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << i;
 }
 

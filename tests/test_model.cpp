@@ -80,7 +80,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"llama", "q4_k", 0, false}, Case{"llama", "q6_k", 0, false},
                       Case{"llama", "q4_k_m", 0, false}, Case{"qwen2", "q8_0", 0, false},
                       Case{"qwen3", "f32", 0, false}, Case{"llama", "f32", 4, false},
-                      Case{"qwen3moe", "q4_0", 4, false}),
+                      Case{"qwen3moe", "q4_0", 4, false}, Case{"deepseek2", "f32", 0, false},
+                      Case{"deepseek2", "q8_0", 4, false}),
     [](const auto& info) { return info.param.arch + "_" + info.param.type + (info.param.n_expert ? "_moe" : ""); });
 
 TEST(ModelLoad, UnsupportedArchitectureIsNamed) {

@@ -29,17 +29,26 @@ enum class RopeStyle {
   NeoX,         // rotates pairs (x[i], x[i + n_rot/2]) — Qwen, GPT-NeoX
 };
 
-// Paged K/V of one layer: K and V each [n_blocks, n_kv_heads, block_size, head_dim] floats.
+// Paged K/V of one layer: K is [n_blocks, n_kv_heads, block_size, k_dim] floats and V is
+// [n_blocks, n_kv_heads, block_size, v_stride] of which the first v_dim are used. With latent attention
+// (MLA) V is the first v_dim floats of each K row: v == k and v_stride == k_dim.
 struct KvLayerView {
   float* k = nullptr;
   float* v = nullptr;
   int block_size = 16;
   int n_kv_heads = 0;
-  int head_dim = 0;
-  size_t block_stride() const { return static_cast<size_t>(n_kv_heads) * block_size * head_dim; }
-  // Start of the head_dim floats of (block, kv_head, offset within block).
-  size_t index(int32_t block, int kv_head, int offset) const {
-    return static_cast<size_t>(block) * block_stride() + (static_cast<size_t>(kv_head) * block_size + offset) * head_dim;
+  int k_dim = 0;
+  int v_dim = 0;
+  int v_stride = 0;
+  // Start of the k_dim floats of (block, kv_head, offset within block).
+  size_t k_index(int32_t block, int kv_head, int offset) const { return index(block, kv_head, offset, k_dim); }
+  size_t v_index(int32_t block, int kv_head, int offset) const { return index(block, kv_head, offset, v_stride); }
+  bool v_in_k() const { return v == k; }
+
+ private:
+  size_t index(int32_t block, int kv_head, int offset, int row) const {
+    return (static_cast<size_t>(block) * n_kv_heads * block_size + static_cast<size_t>(kv_head) * block_size + offset) *
+           static_cast<size_t>(row);
   }
 };
 
@@ -72,11 +81,12 @@ void silu_mul(float* gate, const float* up, size_t n);
 // In-place softmax over n values.
 void softmax(float* x, int n);
 
-// Writes the K/V rows of n_tok tokens into their slots. k, v: [n_tok, n_kv_heads, head_dim].
+// Writes the K/V rows of n_tok tokens into their slots. k: [n_tok, n_kv_heads, k_dim],
+// v: [n_tok, n_kv_heads, v_dim] (ignored, may be null, when V lives inside K).
 void kv_store(const KvLayerView& kv, const AttentionRows& rows, const float* k, const float* v, int n_tok);
 
 // Causal attention over the paged cache with an online softmax, one key block at a time; the score
-// matrix is never materialised. q: [n_tok, n_heads, head_dim], out: [n_tok, n_heads, head_dim].
+// matrix is never materialised. q: [n_tok, n_heads, k_dim], out: [n_tok, n_heads, v_dim].
 // GQA: query head h reads KV head h / (n_heads / n_kv_heads).
 void attention_paged(ThreadPool& pool, const float* q, const KvLayerView& kv, const AttentionRows& rows,
                      float* out, int n_tok, int n_heads, float scale);

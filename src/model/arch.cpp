@@ -2,7 +2,7 @@
 
 namespace kestrel {
 namespace {
-const ArchTraits* const kRegistry[] = {&kArchLlama, &kArchQwen2, &kArchQwen3, &kArchQwen3Moe};
+const ArchTraits* const kRegistry[] = {&kArchLlama, &kArchQwen2, &kArchQwen3, &kArchQwen3Moe, &kArchDeepseek2};
 }
 
 const ArchTraits* find_arch(std::string_view name) {

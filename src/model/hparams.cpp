@@ -52,7 +52,33 @@ Result<HParams> read_hparams(const GgufFile& f, const ArchTraits& arch) {
   READ_INT(n_expert, "expert_count", 0, 4096, 0);
   READ_INT(n_expert_used, "expert_used_count", 0, 4096, 0);
   READ_INT(n_ff_expert, "expert_feed_forward_length", 1, kBig, hp.n_ff);
+  READ_INT(n_expert_shared, "expert_shared_count", 0, 64, 0);
+  READ_INT(n_layer_dense_lead, "leading_dense_block_count", 0, hp.n_layers, 0);
+  READ_INT(head_dim_v, "attention.value_length", 1, 4096, hp.head_dim);
+  if (arch.latent_attention) {
+    READ_INT(q_lora_rank, "attention.q_lora_rank", 0, kBig, 0);
+    READ_INT(kv_lora_rank, "attention.kv_lora_rank", 1, kBig, std::nullopt);
+    READ_INT(head_dim, "attention.key_length_mla", 1, 4096, hp.head_dim);
+    READ_INT(head_dim_v, "attention.value_length_mla", 1, 4096, hp.head_dim_v);
+  }
+  {
+    auto gating = read_int(f, p + "expert_gating_func", 0, 2, 1);  // 1 softmax, 2 sigmoid
+    if (!gating.ok()) return Error{gating.error()};
+    if (gating.value() == 2) hp.expert_gating = HParams::Gating::Sigmoid;
+  }
 #undef READ_INT
+  {
+    auto norm = f.get_bool(p + "expert_weights_norm");
+    if (!norm.ok()) return Error{norm.error()};
+    hp.expert_weights_norm = norm.value().value_or(arch.moe_norm_topk);
+    auto scale = read_float(f, p + "expert_weights_scale", 0.f, 1e6f, 1.f);
+    if (!scale.ok()) return Error{scale.error()};
+    hp.expert_weights_scale = scale.value();
+    auto scaling = f.get_string(p + "rope.scaling.type");
+    if (!scaling.ok()) return Error{scaling.error()};
+    if (scaling.value() && *scaling.value() != "none")
+      return Error{"RoPE scaling '" + *scaling.value() + "' (" + p + "rope.scaling.type) is not supported yet"};
+  }
   auto eps = read_float(f, p + "attention.layer_norm_rms_epsilon", 0.f, 1.f, 1e-5f);
   if (!eps.ok()) return Error{eps.error()};
   hp.rms_eps = eps.value();
@@ -63,6 +89,9 @@ Result<HParams> read_hparams(const GgufFile& f, const ArchTraits& arch) {
   if (hp.n_heads % hp.n_kv_heads != 0)
     return Error{"head_count " + std::to_string(hp.n_heads) + " is not a multiple of head_count_kv " +
                  std::to_string(hp.n_kv_heads)};
+  if (!arch.latent_attention && hp.head_dim_v != hp.head_dim)
+    return Error{"attention.value_length " + std::to_string(hp.head_dim_v) + " differs from key_length " +
+                 std::to_string(hp.head_dim) + ", which only latent attention supports"};
   if (hp.n_rot > hp.head_dim || hp.n_rot % 2 != 0 || hp.n_rot > 1024)
     return Error{"rope.dimension_count " + std::to_string(hp.n_rot) + " must be even and at most the head size " +
                  std::to_string(hp.head_dim)};

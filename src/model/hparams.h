@@ -15,13 +15,22 @@ struct HParams {
   int n_layers = 0;
   int n_heads = 0;
   int n_kv_heads = 0;
-  int head_dim = 0;      // per-head q/k/v width (attention.key_length, default n_embd / n_heads)
+  int head_dim = 0;      // per-head q/k width (attention.key_length[_mla], default n_embd / n_heads)
   int n_ff = 0;          // dense FFN width
   int n_rot = 0;         // rotated dims per head (rope.dimension_count)
   int n_ctx_train = 0;   // context_length
   int n_expert = 0;      // 0 for dense models
   int n_expert_used = 0;
   int n_ff_expert = 0;
+  int n_expert_shared = 0;     // always-on shared experts (DeepSeek), each n_ff_expert wide
+  int n_layer_dense_lead = 0;  // the first layers use a dense FFN even in MoE models
+  bool expert_weights_norm = false;  // renormalise the top-k routing weights
+  float expert_weights_scale = 1.f;  // multiply the routing weights
+  enum class Gating { Softmax, Sigmoid } expert_gating = Gating::Softmax;
+  // Latent attention (MLA); zero for other architectures.
+  int q_lora_rank = 0;   // 0: a full-rank attn_q
+  int kv_lora_rank = 0;  // latent width cached per token
+  int head_dim_v = 0;    // per-head value width (equals head_dim without MLA)
   float rms_eps = 1e-5f;
   float rope_freq_base = 10000.f;
 };

@@ -41,6 +41,70 @@ void attention(ThreadPool& pool, const HParams& hp, const ArchTraits& arch, cons
   ops::matmul(pool, WeightMatrix::from(*L.wo), attn.data(), out, n_tok);
 }
 
+void attention_mla(ThreadPool& pool, const HParams& hp, const ArchTraits& arch, const LayerWeights& L,
+                   const ForwardBatch& batch, const KvLayerView& kv, const float* h, float* out) {
+  const int n_tok = batch.n_tokens(), H = hp.n_heads, hd = hp.head_dim, rope = hp.n_rot, nope = hd - rope;
+  const int R = hp.kv_lora_rank, Dc = R + rope, Dv = hp.head_dim_v;
+  // Queries [n_tok, H, nope + rope], from the full-rank or the low-rank (q_a -> norm -> q_b) projection.
+  std::vector<float> q(static_cast<size_t>(n_tok) * H * hd);
+  if (L.wq_a) {
+    std::vector<float> qa(static_cast<size_t>(n_tok) * hp.q_lora_rank);  // [n_tok, q_lora_rank]
+    ops::matmul(pool, WeightMatrix::from(*L.wq_a), h, qa.data(), n_tok);
+    ops::rmsnorm(qa.data(), floats(L.q_a_norm), qa.data(), n_tok, hp.q_lora_rank, hp.rms_eps);
+    ops::matmul(pool, WeightMatrix::from(*L.wq_b), qa.data(), q.data(), n_tok);
+  } else {
+    ops::matmul(pool, WeightMatrix::from(*L.wq), h, q.data(), n_tok);
+  }
+  // Cache rows [n_tok, R + rope]: normalised latent, then the RoPE'd shared key.
+  std::vector<float> latent(static_cast<size_t>(n_tok) * Dc);
+  ops::matmul(pool, WeightMatrix::from(*L.wkv_a), h, latent.data(), n_tok);
+  std::vector<float> k_pe(static_cast<size_t>(n_tok) * rope);      // [n_tok, 1, rope]
+  std::vector<float> q_pe(static_cast<size_t>(n_tok) * H * rope);  // [n_tok, H, rope]
+  std::vector<float> q_nope(static_cast<size_t>(n_tok) * nope);    // [n_tok, nope] of one head
+  for (int t = 0; t < n_tok; ++t) {
+    float* row = latent.data() + static_cast<size_t>(t) * Dc;
+    ops::rmsnorm(row, floats(L.kv_a_norm), row, 1, R, hp.rms_eps);
+    std::copy_n(row + R, rope, k_pe.data() + static_cast<size_t>(t) * rope);
+    for (int hh = 0; hh < H; ++hh)
+      std::copy_n(q.data() + (static_cast<size_t>(t) * H + hh) * hd + nope, rope,
+                  q_pe.data() + (static_cast<size_t>(t) * H + hh) * rope);
+  }
+  ops::rope(k_pe.data(), batch.positions, 1, rope, rope, hp.rope_freq_base, arch.rope_style);
+  ops::rope(q_pe.data(), batch.positions, H, rope, rope, hp.rope_freq_base, arch.rope_style);
+  for (int t = 0; t < n_tok; ++t)
+    std::copy_n(k_pe.data() + static_cast<size_t>(t) * rope, rope, latent.data() + static_cast<size_t>(t) * Dc + R);
+
+  // Absorbed queries [n_tok, H, R + rope]: k_b(q_nope) per head, then q_pe.
+  std::vector<float> q_abs(static_cast<size_t>(n_tok) * H * Dc);
+  std::vector<float> tmp(static_cast<size_t>(n_tok) * std::max(R, Dv));  // [n_tok, R] per-head scratch
+  for (int hh = 0; hh < H; ++hh) {
+    for (int t = 0; t < n_tok; ++t)
+      std::copy_n(q.data() + (static_cast<size_t>(t) * H + hh) * hd, nope, q_nope.data() + static_cast<size_t>(t) * nope);
+    ops::matmul(pool, WeightMatrix::from(*L.wk_b, hh), q_nope.data(), tmp.data(), n_tok);
+    for (int t = 0; t < n_tok; ++t) {
+      float* dst = q_abs.data() + (static_cast<size_t>(t) * H + hh) * Dc;
+      std::copy_n(tmp.data() + static_cast<size_t>(t) * R, R, dst);
+      std::copy_n(q_pe.data() + (static_cast<size_t>(t) * H + hh) * rope, rope, dst + R);
+    }
+  }
+  const AttentionRows rows{batch.positions, batch.block_tables};
+  ops::kv_store(kv, rows, latent.data(), nullptr, n_tok);
+  std::vector<float> ctx(static_cast<size_t>(n_tok) * H * R);  // [n_tok, H, R] attention output in latent space
+  ops::attention_paged(pool, q_abs.data(), kv, rows, ctx.data(), n_tok, H, 1.0f / std::sqrt(float(hd)));
+
+  // Expand per head with v_b, then the output projection.
+  std::vector<float> heads(static_cast<size_t>(n_tok) * H * Dv);  // [n_tok, H, Dv]
+  std::vector<float> ctx_h(static_cast<size_t>(n_tok) * R);       // [n_tok, R] of one head
+  for (int hh = 0; hh < H; ++hh) {
+    for (int t = 0; t < n_tok; ++t)
+      std::copy_n(ctx.data() + (static_cast<size_t>(t) * H + hh) * R, R, ctx_h.data() + static_cast<size_t>(t) * R);
+    ops::matmul(pool, WeightMatrix::from(*L.wv_b, hh), ctx_h.data(), tmp.data(), n_tok);
+    for (int t = 0; t < n_tok; ++t)
+      std::copy_n(tmp.data() + static_cast<size_t>(t) * Dv, Dv, heads.data() + (static_cast<size_t>(t) * H + hh) * Dv);
+  }
+  ops::matmul(pool, WeightMatrix::from(*L.wo), heads.data(), out, n_tok);
+}
+
 void ffn_dense(ThreadPool& pool, const WeightMatrix& gate, const WeightMatrix& up, const WeightMatrix& down,
                const float* h, float* out, int n_tok) {
   const size_t n = static_cast<size_t>(n_tok) * static_cast<size_t>(gate.n_out);
@@ -51,8 +115,7 @@ void ffn_dense(ThreadPool& pool, const WeightMatrix& gate, const WeightMatrix& u
   ops::matmul(pool, down, g.data(), out, n_tok);
 }
 
-void ffn_moe(ThreadPool& pool, const HParams& hp, const ArchTraits& arch, const LayerWeights& L, const float* h,
-             float* out, int n_tok) {
+void ffn_moe(ThreadPool& pool, const HParams& hp, const LayerWeights& L, const float* h, float* out, int n_tok) {
   const int E = hp.n_embd, X = hp.n_expert, K = hp.n_expert_used;
   std::vector<float> probs(static_cast<size_t>(n_tok) * X);  // [n_tok, n_expert]
   ops::matmul(pool, WeightMatrix::from(*L.ffn_router), h, probs.data(), n_tok);
@@ -61,16 +124,23 @@ void ffn_moe(ThreadPool& pool, const HParams& hp, const ArchTraits& arch, const 
   std::vector<int> order(static_cast<size_t>(X));
   for (int t = 0; t < n_tok; ++t) {
     float* p = probs.data() + static_cast<size_t>(t) * X;
-    ops::softmax(p, X);
+    if (hp.expert_gating == HParams::Gating::Softmax)
+      ops::softmax(p, X);
+    else
+      for (int e = 0; e < X; ++e) p[e] = 1.0f / (1.0f + std::exp(-p[e]));
     std::iota(order.begin(), order.end(), 0);
     std::partial_sort(order.begin(), order.begin() + K, order.end(),
                       [&](int a, int b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
     float sum = 0;
     for (int j = 0; j < K; ++j) sum += p[order[j]];
-    for (int j = 0; j < K; ++j)
-      routed[static_cast<size_t>(order[j])].push_back({t, arch.moe_norm_topk ? p[order[j]] / sum : p[order[j]]});
+    const float factor = hp.expert_weights_scale / (hp.expert_weights_norm ? sum : 1.0f);
+    for (int j = 0; j < K; ++j) routed[static_cast<size_t>(order[j])].push_back({t, p[order[j]] * factor});
   }
-  std::fill(out, out + static_cast<size_t>(n_tok) * E, 0.f);
+  if (L.ffn_gate_shexp)
+    ffn_dense(pool, WeightMatrix::from(*L.ffn_gate_shexp), WeightMatrix::from(*L.ffn_up_shexp),
+              WeightMatrix::from(*L.ffn_down_shexp), h, out, n_tok);
+  else
+    std::fill(out, out + static_cast<size_t>(n_tok) * E, 0.f);
   std::vector<float> xs, ys;  // [n_routed, n_embd] gathered inputs and expert outputs
   for (int e = 0; e < X; ++e) {
     const auto& tokens = routed[static_cast<size_t>(e)];

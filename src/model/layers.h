@@ -15,13 +15,20 @@ void attention(ThreadPool& pool, const HParams& hp, const ArchTraits& arch, cons
                const TensorView* rope_freqs, const ForwardBatch& batch, const KvLayerView& kv, const float* h,
                float* out);
 
+// Multi-head latent attention (DeepSeek-V2), computed in latent space: each head's q_nope is absorbed by
+// k_b into a kv_lora_rank-wide query, so attention runs over the cached [latent | rope key] rows directly
+// (one KV "head" shared by every query head), and the latent output is expanded by v_b per head.
+// h: [n_tok, n_embd] -> out: [n_tok, n_embd].
+void attention_mla(ThreadPool& pool, const HParams& hp, const ArchTraits& arch, const LayerWeights& L,
+                   const ForwardBatch& batch, const KvLayerView& kv, const float* h, float* out);
+
 // SwiGLU feed-forward: out = down(silu(gate(h)) * up(h)). h: [n_tok, n_embd] -> out: [n_tok, n_embd].
 void ffn_dense(ThreadPool& pool, const WeightMatrix& gate, const WeightMatrix& up, const WeightMatrix& down,
                const float* h, float* out, int n_tok);
 
-// Mixture of experts: softmax router over n_expert, top-k per token, optionally renormalised; each
-// chosen expert runs once over all the tokens routed to it. h, out: [n_tok, n_embd].
-void ffn_moe(ThreadPool& pool, const HParams& hp, const ArchTraits& arch, const LayerWeights& L, const float* h,
-             float* out, int n_tok);
+// Mixture of experts: softmax (or sigmoid) router over n_expert, top-k per token, optionally renormalised
+// and scaled; each chosen expert runs once over all the tokens routed to it; shared experts, when present,
+// see every token. h, out: [n_tok, n_embd].
+void ffn_moe(ThreadPool& pool, const HParams& hp, const LayerWeights& L, const float* h, float* out, int n_tok);
 
 }  // namespace kestrel::layers

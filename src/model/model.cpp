@@ -63,8 +63,16 @@ size_t Model::weight_bytes_per_token() const {
 KvCacheSpec Model::kv_spec(int32_t n_blocks, int block_size) const {
   KvCacheSpec spec;
   spec.n_layers = hparams_.n_layers;
-  spec.n_kv_heads = hparams_.n_kv_heads;
-  spec.head_dim = hparams_.head_dim;
+  if (arch_->latent_attention) {  // one latent row per token: [kv_lora_rank | rope key], value = the latent
+    spec.n_kv_heads = 1;
+    spec.k_dim = hparams_.kv_lora_rank + hparams_.n_rot;
+    spec.v_dim = hparams_.kv_lora_rank;
+    spec.v_in_k = true;
+  } else {
+    spec.n_kv_heads = hparams_.n_kv_heads;
+    spec.k_dim = hparams_.head_dim;
+    spec.v_dim = hparams_.head_dim;
+  }
   spec.block_size = block_size;
   spec.n_blocks = n_blocks;
   return spec;
@@ -84,11 +92,14 @@ void Model::forward(ThreadPool& pool, const ForwardBatch& batch, KvStorage& kv, 
   for (int il = 0; il < hp.n_layers; ++il) {
     const LayerWeights& L = weights_.layers[static_cast<size_t>(il)];
     ops::rmsnorm(x.data(), reinterpret_cast<const float*>(L.attn_norm->data), h.data(), n_tok, E, hp.rms_eps);
-    layers::attention(pool, hp, *arch_, L, weights_.rope_freqs, batch, kv.layer(il), h.data(), y.data());
+    if (arch_->latent_attention)
+      layers::attention_mla(pool, hp, *arch_, L, batch, kv.layer(il), h.data(), y.data());
+    else
+      layers::attention(pool, hp, *arch_, L, weights_.rope_freqs, batch, kv.layer(il), h.data(), y.data());
     ops::add(x.data(), y.data(), x.size());
     ops::rmsnorm(x.data(), reinterpret_cast<const float*>(L.ffn_norm->data), h.data(), n_tok, E, hp.rms_eps);
     if (L.ffn_router)
-      layers::ffn_moe(pool, hp, *arch_, L, h.data(), y.data(), n_tok);
+      layers::ffn_moe(pool, hp, L, h.data(), y.data(), n_tok);
     else
       layers::ffn_dense(pool, WeightMatrix::from(*L.ffn_gate), WeightMatrix::from(*L.ffn_up),
                         WeightMatrix::from(*L.ffn_down), h.data(), y.data(), n_tok);

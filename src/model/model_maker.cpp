@@ -100,6 +100,8 @@ Status make_model(const MakeModelOptions& options, const std::string& path,
   if (s.n_embd <= 0 || s.n_layers <= 0 || s.n_heads <= 0 || s.n_kv_heads <= 0 || s.n_ff <= 0)
     return Error{"make-model: every dimension must be positive"};
   if (s.n_heads % s.n_kv_heads != 0) return Error{"make-model: n_heads must be a multiple of n_kv_heads"};
+  if (arch->latent_attention && (s.n_embd / s.n_heads) < 24)
+    return Error{"make-model: latent attention needs at least 24 dims per head"};
   if (s.n_embd % s.n_heads != 0 || (s.n_embd / s.n_heads) % 2 != 0)
     return Error{"make-model: n_embd / n_heads must be an even integer"};
   if (s.n_vocab < 300) return Error{"make-model: n_vocab must be at least 300"};
@@ -110,6 +112,12 @@ Status make_model(const MakeModelOptions& options, const std::string& path,
   const auto base = mixed ? std::optional<DType>(DType::Q4_K) : dtype_from_name(options.weight_type);
   if (!base) return Error{"make-model: unknown weight type '" + options.weight_type + "'"};
   const int64_t E = s.n_embd, hd = s.n_embd / s.n_heads, Dkv = hd * s.n_kv_heads, F = s.n_ff, V = s.n_vocab;
+  // Latent attention (deepseek2) geometry: per head nope + rope query dims, a shared latent of kv_lora.
+  const int64_t rope = std::min<int64_t>(16, hd / 2), nope = hd - rope, kv_lora = std::max<int64_t>(32, E / 4),
+                q_lora = E / 2, H = s.n_heads;
+  const bool mla = arch->latent_attention;
+  const int dense_lead = (mla && s.n_expert > 0) ? 1 : 0;
+  const int n_shared = mla && s.n_expert > 0 ? 1 : 0;
   auto matrix_type = [&](const std::string& role, int64_t n_in) {
     DType t = (mixed && (role == "attn_v" || role == "ffn_down" || role == "output")) ? DType::Q6_K : *base;
     return n_in % dtype_traits(t).block_elems == 0 ? t : DType::F32;
@@ -119,9 +127,19 @@ Status make_model(const MakeModelOptions& options, const std::string& path,
   for (int il = 0; il < s.n_layers; ++il) {
     const std::string p = "blk." + std::to_string(il) + ".";
     plan.push_back({p + "attn_norm.weight", {E}, DType::F32, true});
-    plan.push_back({p + "attn_q.weight", {E, E}, matrix_type("attn_q", E), false});
-    plan.push_back({p + "attn_k.weight", {E, Dkv}, matrix_type("attn_k", E), false});
-    plan.push_back({p + "attn_v.weight", {E, Dkv}, matrix_type("attn_v", E), false});
+    if (mla) {
+      plan.push_back({p + "attn_q_a.weight", {E, q_lora}, matrix_type("attn_q", E), false});
+      plan.push_back({p + "attn_q_a_norm.weight", {q_lora}, DType::F32, true});
+      plan.push_back({p + "attn_q_b.weight", {q_lora, H * hd}, matrix_type("attn_q", q_lora), false});
+      plan.push_back({p + "attn_kv_a_mqa.weight", {E, kv_lora + rope}, matrix_type("attn_k", E), false});
+      plan.push_back({p + "attn_kv_a_norm.weight", {kv_lora}, DType::F32, true});
+      plan.push_back({p + "attn_k_b.weight", {nope, kv_lora, H}, matrix_type("attn_k", nope), false});
+      plan.push_back({p + "attn_v_b.weight", {kv_lora, nope, H}, matrix_type("attn_v", kv_lora), false});
+    } else {
+      plan.push_back({p + "attn_q.weight", {E, E}, matrix_type("attn_q", E), false});
+      plan.push_back({p + "attn_k.weight", {E, Dkv}, matrix_type("attn_k", E), false});
+      plan.push_back({p + "attn_v.weight", {E, Dkv}, matrix_type("attn_v", E), false});
+    }
     if (arch->qkv_bias) {
       plan.push_back({p + "attn_q.bias", {E}, DType::F32, false});
       plan.push_back({p + "attn_k.bias", {Dkv}, DType::F32, false});
@@ -131,10 +149,16 @@ Status make_model(const MakeModelOptions& options, const std::string& path,
       plan.push_back({p + "attn_q_norm.weight", {hd}, DType::F32, true});
       plan.push_back({p + "attn_k_norm.weight", {hd}, DType::F32, true});
     }
-    plan.push_back({p + "attn_output.weight", {E, E}, matrix_type("attn_output", E), false});
+    const int64_t Dv = mla ? H * nope : E;
+    plan.push_back({p + "attn_output.weight", {Dv, E}, matrix_type("attn_output", Dv), false});
     plan.push_back({p + "ffn_norm.weight", {E}, DType::F32, true});
-    if (s.n_expert > 0) {
+    if (s.n_expert > 0 && il >= dense_lead) {
       plan.push_back({p + "ffn_gate_inp.weight", {E, s.n_expert}, DType::F32, false});
+      if (n_shared > 0) {
+        plan.push_back({p + "ffn_gate_shexp.weight", {E, F}, matrix_type("ffn_gate", E), false});
+        plan.push_back({p + "ffn_up_shexp.weight", {E, F}, matrix_type("ffn_up", E), false});
+        plan.push_back({p + "ffn_down_shexp.weight", {F, E}, matrix_type("ffn_down", F), false});
+      }
       plan.push_back({p + "ffn_gate_exps.weight", {E, F, s.n_expert}, matrix_type("ffn_gate", E), false});
       plan.push_back({p + "ffn_up_exps.weight", {E, F, s.n_expert}, matrix_type("ffn_up", E), false});
       plan.push_back({p + "ffn_down_exps.weight", {F, E, s.n_expert}, matrix_type("ffn_down", F), false});
@@ -156,8 +180,18 @@ Status make_model(const MakeModelOptions& options, const std::string& path,
   w.set_u32(a + "block_count", static_cast<uint32_t>(s.n_layers));
   w.set_u32(a + "feed_forward_length", static_cast<uint32_t>(F));
   w.set_u32(a + "attention.head_count", static_cast<uint32_t>(s.n_heads));
-  w.set_u32(a + "attention.head_count_kv", static_cast<uint32_t>(s.n_kv_heads));
-  w.set_u32(a + "rope.dimension_count", static_cast<uint32_t>(hd));
+  w.set_u32(a + "attention.head_count_kv", static_cast<uint32_t>(mla ? 1 : s.n_kv_heads));
+  w.set_u32(a + "rope.dimension_count", static_cast<uint32_t>(mla ? rope : hd));
+  if (mla) {
+    w.set_u32(a + "attention.key_length", static_cast<uint32_t>(kv_lora + rope));
+    w.set_u32(a + "attention.value_length", static_cast<uint32_t>(kv_lora));
+    w.set_u32(a + "attention.key_length_mla", static_cast<uint32_t>(hd));
+    w.set_u32(a + "attention.value_length_mla", static_cast<uint32_t>(nope));
+    w.set_u32(a + "attention.q_lora_rank", static_cast<uint32_t>(q_lora));
+    w.set_u32(a + "attention.kv_lora_rank", static_cast<uint32_t>(kv_lora));
+    w.set_u32(a + "leading_dense_block_count", static_cast<uint32_t>(dense_lead));
+    w.set_u32(a + "expert_shared_count", static_cast<uint32_t>(n_shared));
+  }
   w.set_f32(a + "rope.freq_base", s.rope_freq_base);
   w.set_f32(a + "attention.layer_norm_rms_epsilon", 1e-5f);
   if (s.n_expert > 0) {

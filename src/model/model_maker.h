@@ -11,7 +11,7 @@
 namespace kestrel {
 
 struct ModelShape {
-  std::string arch = "llama";  // llama, qwen2, qwen3, qwen3moe
+  std::string arch = "llama";  // llama, qwen2, qwen3, qwen3moe, deepseek2 (MLA; n_kv_heads is ignored)
   int n_embd = 256;
   int n_layers = 2;
   int n_heads = 8;

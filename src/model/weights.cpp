@@ -43,8 +43,8 @@ class Binder {
 Result<ModelWeights> bind_weights(const GgufFile& file, const ArchTraits& arch, const HParams& hp) {
   Binder b(file);
   ModelWeights w;
-  const int64_t E = hp.n_embd, V = hp.n_vocab, Dq = int64_t{hp.n_heads} * hp.head_dim,
-                Dkv = int64_t{hp.n_kv_heads} * hp.head_dim;
+  const int64_t E = hp.n_embd, V = hp.n_vocab, H = hp.n_heads, Dq = H * hp.head_dim,
+                Dkv = int64_t{hp.n_kv_heads} * hp.head_dim, Dv = H * hp.head_dim_v;
 #define BIND(dst, ...)                      \
   {                                         \
     auto r = b.get(__VA_ARGS__);            \
@@ -62,10 +62,25 @@ Result<ModelWeights> bind_weights(const GgufFile& file, const ArchTraits& arch, 
     LayerWeights& L = w.layers[static_cast<size_t>(il)];
     const std::string p = "blk." + std::to_string(il) + ".";
     BIND(L.attn_norm, p + "attn_norm.weight", {E}, true);
-    BIND(L.wq, p + "attn_q.weight", {E, Dq}, false);
-    BIND(L.wk, p + "attn_k.weight", {E, Dkv}, false);
-    BIND(L.wv, p + "attn_v.weight", {E, Dkv}, false);
-    BIND(L.wo, p + "attn_output.weight", {Dq, E}, false);
+    if (arch.latent_attention) {
+      const int64_t R = hp.kv_lora_rank, nope = hp.head_dim - hp.n_rot;
+      if (hp.q_lora_rank > 0) {
+        BIND(L.wq_a, p + "attn_q_a.weight", {E, hp.q_lora_rank}, false);
+        BIND(L.q_a_norm, p + "attn_q_a_norm.weight", {hp.q_lora_rank}, true);
+        BIND(L.wq_b, p + "attn_q_b.weight", {hp.q_lora_rank, Dq}, false);
+      } else {
+        BIND(L.wq, p + "attn_q.weight", {E, Dq}, false);
+      }
+      BIND(L.wkv_a, p + "attn_kv_a_mqa.weight", {E, R + hp.n_rot}, false);
+      BIND(L.kv_a_norm, p + "attn_kv_a_norm.weight", {R}, true);
+      BIND(L.wk_b, p + "attn_k_b.weight", {nope, R, H}, false);
+      BIND(L.wv_b, p + "attn_v_b.weight", {R, hp.head_dim_v, H}, false);
+    } else {
+      BIND(L.wq, p + "attn_q.weight", {E, Dq}, false);
+      BIND(L.wk, p + "attn_k.weight", {E, Dkv}, false);
+      BIND(L.wv, p + "attn_v.weight", {E, Dkv}, false);
+    }
+    BIND(L.wo, p + "attn_output.weight", {Dv, E}, false);
     if (arch.qkv_bias) {
       BIND(L.bq, p + "attn_q.bias", {Dq}, true);
       BIND(L.bk, p + "attn_k.bias", {Dkv}, true);
@@ -76,12 +91,18 @@ Result<ModelWeights> bind_weights(const GgufFile& file, const ArchTraits& arch, 
       BIND(L.k_norm, p + "attn_k_norm.weight", {hp.head_dim}, true);
     }
     BIND(L.ffn_norm, p + "ffn_norm.weight", {E}, true);
-    if (hp.n_expert > 0) {
+    if (hp.n_expert > 0 && il >= hp.n_layer_dense_lead) {
       const int64_t X = hp.n_expert, F = hp.n_ff_expert;
       BIND(L.ffn_router, p + "ffn_gate_inp.weight", {E, X}, true);
       BIND(L.ffn_gate_exps, p + "ffn_gate_exps.weight", {E, F, X}, false);
       BIND(L.ffn_up_exps, p + "ffn_up_exps.weight", {E, F, X}, false);
       BIND(L.ffn_down_exps, p + "ffn_down_exps.weight", {F, E, X}, false);
+      if (hp.n_expert_shared > 0) {
+        const int64_t S = F * hp.n_expert_shared;
+        BIND(L.ffn_gate_shexp, p + "ffn_gate_shexp.weight", {E, S}, false);
+        BIND(L.ffn_up_shexp, p + "ffn_up_shexp.weight", {E, S}, false);
+        BIND(L.ffn_down_shexp, p + "ffn_down_shexp.weight", {S, E}, false);
+      }
     } else {
       BIND(L.ffn_gate, p + "ffn_gate.weight", {E, hp.n_ff}, false);
       BIND(L.ffn_up, p + "ffn_up.weight", {E, hp.n_ff}, false);

@@ -22,6 +22,15 @@ struct LayerWeights {
   const TensorView* bv = nullptr;
   const TensorView* q_norm = nullptr;     // optional per-head norms [head_dim] (qwen3)
   const TensorView* k_norm = nullptr;
+  // Latent attention (MLA): wq (or wq_a -> q_a_norm -> wq_b) gives [n_heads, nope + rope] queries;
+  // wkv_a gives the latent [kv_lora_rank] and the shared RoPE key [rope] of each token.
+  const TensorView* wq_a = nullptr;       // [n_embd -> q_lora_rank]
+  const TensorView* q_a_norm = nullptr;   // [q_lora_rank] F32
+  const TensorView* wq_b = nullptr;       // [q_lora_rank -> n_heads * head_dim]
+  const TensorView* wkv_a = nullptr;      // attn_kv_a_mqa [n_embd -> kv_lora_rank + rope]
+  const TensorView* kv_a_norm = nullptr;  // [kv_lora_rank] F32
+  const TensorView* wk_b = nullptr;       // [n_heads][nope -> kv_lora_rank]: absorbs q_nope into latent space
+  const TensorView* wv_b = nullptr;       // [n_heads][kv_lora_rank -> head_dim_v]
   const TensorView* ffn_norm = nullptr;   // [n_embd] F32
   // Dense FFN (SwiGLU) ...
   const TensorView* ffn_gate = nullptr;   // [n_embd -> n_ff]
@@ -32,6 +41,9 @@ struct LayerWeights {
   const TensorView* ffn_gate_exps = nullptr;  // [n_expert][n_embd -> n_ff_expert]
   const TensorView* ffn_up_exps = nullptr;
   const TensorView* ffn_down_exps = nullptr;  // [n_expert][n_ff_expert -> n_embd]
+  const TensorView* ffn_gate_shexp = nullptr;  // shared experts [n_embd -> n_ff_expert * n_expert_shared]
+  const TensorView* ffn_up_shexp = nullptr;
+  const TensorView* ffn_down_shexp = nullptr;
 };
 
 struct ModelWeights {

@@ -73,15 +73,14 @@ void softmax(float* x, int n) {
 }
 
 void kv_store(const KvLayerView& kv, const AttentionRows& rows, const float* k, const float* v, int n_tok) {
-  const size_t row = static_cast<size_t>(kv.head_dim);
   for (int t = 0; t < n_tok; ++t) {
     const int32_t pos = rows.positions[t];
     const int32_t block = rows.block_tables[t][pos / kv.block_size];
     for (int h = 0; h < kv.n_kv_heads; ++h) {
-      const size_t dst = kv.index(block, h, pos % kv.block_size);
-      const size_t src = (static_cast<size_t>(t) * kv.n_kv_heads + h) * row;
-      std::memcpy(kv.k + dst, k + src, row * sizeof(float));
-      std::memcpy(kv.v + dst, v + src, row * sizeof(float));
+      const size_t row = static_cast<size_t>(t) * kv.n_kv_heads + h;
+      std::memcpy(kv.k + kv.k_index(block, h, pos % kv.block_size), k + row * kv.k_dim, kv.k_dim * sizeof(float));
+      if (!kv.v_in_k())
+        std::memcpy(kv.v + kv.v_index(block, h, pos % kv.block_size), v + row * kv.v_dim, kv.v_dim * sizeof(float));
     }
   }
 }

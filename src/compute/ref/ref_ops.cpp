@@ -22,27 +22,31 @@ void matmul(const WeightMatrix& w, const float* x, float* y, int n_tok) {
 
 void attention(const float* q, const KvLayerView& kv, const AttentionRows& rows, float* out, int n_tok, int n_heads,
                float scale) {
-  const int hd = kv.head_dim, group = n_heads / kv.n_kv_heads;
+  const int group = n_heads / kv.n_kv_heads;
   for (int t = 0; t < n_tok; ++t) {
     const int n_keys = rows.positions[t] + 1;
     for (int h = 0; h < n_heads; ++h) {
-      const float* qh = q + (static_cast<size_t>(t) * n_heads + h) * hd;
+      const float* qh = q + (static_cast<size_t>(t) * n_heads + h) * kv.k_dim;
+      auto slot = [&](int p) { return std::pair{rows.block_tables[t][p / kv.block_size], p % kv.block_size}; };
       std::vector<double> scores(static_cast<size_t>(n_keys));  // [n_keys]
       double max = -INFINITY;
       for (int p = 0; p < n_keys; ++p) {
-        const size_t at = kv.index(rows.block_tables[t][p / kv.block_size], h / group, p % kv.block_size);
+        const auto [block, offset] = slot(p);
+        const float* k = kv.k + kv.k_index(block, h / group, offset);
         double s = 0;
-        for (int d = 0; d < hd; ++d) s += static_cast<double>(qh[d]) * kv.k[at + d];
-        scores[p] = s * scale;
-        max = std::max(max, scores[p]);
+        for (int d = 0; d < kv.k_dim; ++d) s += static_cast<double>(qh[d]) * k[d];
+        scores[static_cast<size_t>(p)] = s * scale;
+        max = std::max(max, scores[static_cast<size_t>(p)]);
       }
       double denom = 0;
       for (auto& s : scores) denom += (s = std::exp(s - max));
-      float* o = out + (static_cast<size_t>(t) * n_heads + h) * hd;
-      for (int d = 0; d < hd; ++d) {
+      float* o = out + (static_cast<size_t>(t) * n_heads + h) * kv.v_dim;
+      for (int d = 0; d < kv.v_dim; ++d) {
         double v = 0;
-        for (int p = 0; p < n_keys; ++p)
-          v += scores[p] * kv.v[kv.index(rows.block_tables[t][p / kv.block_size], h / group, p % kv.block_size) + d];
+        for (int p = 0; p < n_keys; ++p) {
+          const auto [block, offset] = slot(p);
+          v += scores[static_cast<size_t>(p)] * kv.v[kv.v_index(block, h / group, offset) + d];
+        }
         o[d] = static_cast<float>(v / denom);
       }
     }
