@@ -40,8 +40,9 @@ struct BlockQ6_K {
 };
 static_assert(sizeof(BlockQ6_K) == 210);
 
-// Unpacks the 6-bit scale and min of sub-block j (0..7) of a Q4_K block.
-inline void q4_k_scale_min(int j, const uint8_t* q, uint8_t& scale, uint8_t& min) {
+// Unpacks the 6-bit scale and min of sub-block j (0..7) of a Q4_K block. `static` so that each ISA-specific
+// file gets its own copy compiled for its ISA (no cross-ISA merging of inline definitions).
+static inline void q4_k_scale_min(int j, const uint8_t* q, uint8_t& scale, uint8_t& min) {
   if (j < 4) {
     scale = q[j] & 63;
     min = q[j + 4] & 63;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <optional>
 #include <queue>
 
 #include "tokenizer/utf8.h"
@@ -25,11 +27,61 @@ void replace_all(std::string& s, const std::string& from, const std::string& to)
   s = std::move(out);
 }
 
-// A symbol in the merge linked list: a byte range of the text being tokenized.
-struct Symbol {
-  int prev, next;
-  size_t offset, length;
-};
+// Greedy pair merging shared by SentencePiece and BPE. Symbols start as the UTF-8 characters of `text` and
+// live in a linked list; priority(left, right) gives a mergeable adjacent pair's priority (higher merges
+// first, ties to the leftmost pair) or nullopt. Returns the final pieces as (offset, length) in order.
+std::vector<std::pair<size_t, size_t>> merge_pairs(
+    const std::string& text, const std::function<std::optional<double>(std::string_view, std::string_view)>& priority) {
+  struct Symbol {
+    int prev, next;
+    size_t offset, length;  // byte range in text; length 0 once merged into its left neighbour
+  };
+  std::vector<Symbol> symbols;
+  for (size_t off = 0; off < text.size();) {
+    const size_t len = std::min(utf8::sequence_length(static_cast<unsigned char>(text[off])), text.size() - off);
+    const int i = static_cast<int>(symbols.size());
+    symbols.push_back({i - 1, i + 1, off, len});
+    off += len;
+  }
+  if (symbols.empty()) return {};
+  symbols.back().next = -1;
+
+  struct Pair {
+    int left, right;
+    double priority;
+    size_t length;  // combined length when queued; a mismatch later means the pair is stale
+  };
+  auto lower = [](const Pair& a, const Pair& b) {
+    return a.priority < b.priority || (a.priority == b.priority && a.left > b.left);
+  };
+  std::priority_queue<Pair, std::vector<Pair>, decltype(lower)> queue(lower);
+  const std::string_view view(text);
+  auto try_add = [&](int left, int right) {
+    if (left < 0 || right < 0) return;
+    const Symbol& l = symbols[static_cast<size_t>(left)];
+    const Symbol& r = symbols[static_cast<size_t>(right)];
+    if (const auto p = priority(view.substr(l.offset, l.length), view.substr(r.offset, r.length)))
+      queue.push({left, right, *p, l.length + r.length});
+  };
+  for (size_t i = 1; i < symbols.size(); ++i) try_add(static_cast<int>(i) - 1, static_cast<int>(i));
+  while (!queue.empty()) {
+    const Pair p = queue.top();
+    queue.pop();
+    Symbol& l = symbols[static_cast<size_t>(p.left)];
+    Symbol& r = symbols[static_cast<size_t>(p.right)];
+    if (l.length == 0 || r.length == 0 || l.length + r.length != p.length) continue;  // stale
+    l.length += r.length;
+    r.length = 0;
+    l.next = r.next;
+    if (r.next >= 0) symbols[static_cast<size_t>(r.next)].prev = p.left;
+    try_add(l.prev, p.left);
+    try_add(p.left, l.next);
+  }
+  std::vector<std::pair<size_t, size_t>> pieces;
+  for (int i = 0; i != -1; i = symbols[static_cast<size_t>(i)].next)
+    pieces.emplace_back(symbols[static_cast<size_t>(i)].offset, symbols[static_cast<size_t>(i)].length);
+  return pieces;
+}
 
 }  // namespace
 
@@ -130,123 +182,51 @@ void Tokenizer::encode_text(const std::string& text, bool after_special, std::ve
   }
 }
 
-// SentencePiece BPE: start from single characters and repeatedly merge the adjacent pair whose
-// concatenation is the highest-scoring vocabulary entry (ties: leftmost). Leftover characters that are
-// not tokens fall back to their bytes.
+// SentencePiece BPE: merge the adjacent pair whose concatenation is the highest-scoring vocabulary entry.
+// Leftover characters that are not tokens fall back to their bytes.
 void Tokenizer::encode_spm(const std::string& text, std::vector<int32_t>& out) const {
-  std::vector<Symbol> symbols;
-  for (size_t off = 0; off < text.size();) {
-    const size_t len = std::min(utf8::sequence_length(static_cast<unsigned char>(text[off])), text.size() - off);
-    const int i = static_cast<int>(symbols.size());
-    symbols.push_back({i - 1, i + 1, off, len});
-    off += len;
-  }
-  if (symbols.empty()) return;
-  symbols.back().next = -1;
-
-  struct Bigram {
-    int left, right;
-    float score;
-    size_t length;
-  };
-  auto worse = [](const Bigram& a, const Bigram& b) { return a.score < b.score || (a.score == b.score && a.left > b.left); };
-  std::priority_queue<Bigram, std::vector<Bigram>, decltype(worse)> queue(worse);
-  auto try_add = [&](int left, int right) {
-    if (left < 0 || right < 0) return;
-    const Symbol& l = symbols[static_cast<size_t>(left)];
-    const Symbol& r = symbols[static_cast<size_t>(right)];
-    const int32_t id = vocab_.find(text.substr(l.offset, l.length + r.length));
-    if (id < 0) return;
-    queue.push({left, right, vocab_.scores[static_cast<size_t>(id)], l.length + r.length});
-  };
-  for (size_t i = 1; i < symbols.size(); ++i) try_add(static_cast<int>(i) - 1, static_cast<int>(i));
-  while (!queue.empty()) {
-    const Bigram b = queue.top();
-    queue.pop();
-    Symbol& l = symbols[static_cast<size_t>(b.left)];
-    Symbol& r = symbols[static_cast<size_t>(b.right)];
-    if (l.length == 0 || r.length == 0 || l.length + r.length != b.length) continue;  // stale
-    l.length += r.length;
-    r.length = 0;
-    l.next = r.next;
-    if (r.next >= 0) symbols[static_cast<size_t>(r.next)].prev = b.left;
-    try_add(l.prev, b.left);
-    try_add(b.left, l.next);
-  }
-  for (int i = 0; i != -1; i = symbols[static_cast<size_t>(i)].next) {
-    const Symbol& s = symbols[static_cast<size_t>(i)];
-    const int32_t id = vocab_.find(text.substr(s.offset, s.length));
+  const auto pieces = merge_pairs(text, [&](std::string_view left, std::string_view right) -> std::optional<double> {
+    const int32_t id = vocab_.find(std::string(left) + std::string(right));
+    if (id < 0) return std::nullopt;
+    return vocab_.scores[static_cast<size_t>(id)];
+  });
+  for (const auto& [offset, length] : pieces) {
+    const int32_t id = vocab_.find(text.substr(offset, length));
     if (id >= 0) {
       out.push_back(id);
       continue;
     }
-    for (size_t k = 0; k < s.length; ++k) {
-      const int32_t byte_id = spm_byte_tokens_[static_cast<unsigned char>(text[s.offset + k])];
+    for (size_t k = 0; k < length; ++k) {
+      const int32_t byte_id = spm_byte_tokens_[static_cast<unsigned char>(text[offset + k])];
       if (byte_id >= 0) out.push_back(byte_id);
       else if (vocab_.unk >= 0) out.push_back(vocab_.unk);
     }
   }
 }
 
-// Byte-level BPE on one pre-tokenized word (already in the byte alphabet): merge the adjacent pair with
-// the lowest merge rank (ties: leftmost) until none applies.
+// Byte-level BPE on one pre-tokenized word (already in the byte alphabet): merge the pair with the lowest
+// merge rank.
 void Tokenizer::encode_bpe_word(const std::string& word, std::vector<int32_t>& out) const {
   if (pre_->ignore_merges()) {
     const int32_t id = vocab_.find(word);
-    if (id >= 0) { out.push_back(id); return; }
+    if (id >= 0) {
+      out.push_back(id);
+      return;
+    }
   }
-  std::vector<Symbol> symbols;
-  for (size_t off = 0; off < word.size();) {
-    const size_t len = std::min(utf8::sequence_length(static_cast<unsigned char>(word[off])), word.size() - off);
-    const int i = static_cast<int>(symbols.size());
-    symbols.push_back({i - 1, i + 1, off, len});
-    off += len;
-  }
-  if (symbols.empty()) return;
-  symbols.back().next = -1;
-
-  struct Bigram {
-    int left, right;
-    int32_t rank;
-    std::string text;
-  };
-  auto worse = [](const Bigram& a, const Bigram& b) { return a.rank > b.rank || (a.rank == b.rank && a.left > b.left); };
-  std::priority_queue<Bigram, std::vector<Bigram>, decltype(worse)> queue(worse);
-  auto try_add = [&](int left, int right) {
-    if (left < 0 || right < 0) return;
-    const Symbol& l = symbols[static_cast<size_t>(left)];
-    const Symbol& r = symbols[static_cast<size_t>(right)];
-    const std::string lt = word.substr(l.offset, l.length), rt = word.substr(r.offset, r.length);
-    const auto it = vocab_.merge_rank.find(lt + " " + rt);
-    if (it == vocab_.merge_rank.end()) return;
-    queue.push({left, right, it->second, lt + rt});
-  };
-  for (size_t i = 1; i < symbols.size(); ++i) try_add(static_cast<int>(i) - 1, static_cast<int>(i));
-  while (!queue.empty()) {
-    const Bigram b = queue.top();
-    queue.pop();
-    Symbol& l = symbols[static_cast<size_t>(b.left)];
-    Symbol& r = symbols[static_cast<size_t>(b.right)];
-    if (l.length == 0 || r.length == 0 || l.length + r.length != b.text.size() ||
-        word.compare(l.offset, b.text.size(), b.text) != 0)
-      continue;  // stale
-    l.length += r.length;
-    r.length = 0;
-    l.next = r.next;
-    if (r.next >= 0) symbols[static_cast<size_t>(r.next)].prev = b.left;
-    try_add(l.prev, b.left);
-    try_add(b.left, l.next);
-  }
-  for (int i = 0; i != -1; i = symbols[static_cast<size_t>(i)].next) {
-    const Symbol& s = symbols[static_cast<size_t>(i)];
-    const std::string piece = word.substr(s.offset, s.length);
-    const int32_t id = vocab_.find(piece);
+  const auto pieces = merge_pairs(word, [&](std::string_view left, std::string_view right) -> std::optional<double> {
+    const auto it = vocab_.merge_rank.find(std::string(left) + " " + std::string(right));
+    if (it == vocab_.merge_rank.end()) return std::nullopt;
+    return -static_cast<double>(it->second);
+  });
+  for (const auto& [offset, length] : pieces) {
+    const int32_t id = vocab_.find(word.substr(offset, length));
     if (id >= 0) {
       out.push_back(id);
       continue;
     }
-    for (char c : piece) {  // no token for the merged piece: fall back to single characters
-      const int32_t single = vocab_.find(std::string(1, c));
+    for (size_t k = 0; k < length; ++k) {  // no token for the merged piece: fall back to single characters
+      const int32_t single = vocab_.find(std::string(1, word[offset + k]));
       if (single >= 0) out.push_back(single);
     }
   }

@@ -108,16 +108,6 @@ float dot_q4_0(const void* row, const float* x, size_t n) {
   return hsum8(acc);
 }
 
-inline void scale_min(int j, const uint8_t* q, int& scale, int& min) {
-  if (j < 4) {
-    scale = q[j] & 63;
-    min = q[j + 4] & 63;
-  } else {
-    scale = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    min = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
-
 float dot_q4_k(const void* row, const float* x, size_t n) {
   const auto* b = static_cast<const BlockQ4_K*>(row);
   const __m256i mask = _mm256_set1_epi32(0xF);
@@ -128,9 +118,9 @@ float dot_q4_k(const void* row, const float* x, size_t n) {
     __m256 acc = _mm256_setzero_ps();
     __m256 acc_min = _mm256_setzero_ps();
     for (int pair = 0; pair < 4; ++pair, q += 32, x += 64) {
-      int sc1, m1, sc2, m2;
-      scale_min(2 * pair, b[i].scales, sc1, m1);
-      scale_min(2 * pair + 1, b[i].scales, sc2, m2);
+      uint8_t sc1, m1, sc2, m2;
+      q4_k_scale_min(2 * pair, b[i].scales, sc1, m1);
+      q4_k_scale_min(2 * pair + 1, b[i].scales, sc2, m2);
       __m256 s_lo = _mm256_setzero_ps(), s_hi = _mm256_setzero_ps(), x_lo = _mm256_setzero_ps(),
              x_hi = _mm256_setzero_ps();
       for (int g = 0; g < 4; ++g) {
