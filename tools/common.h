@@ -16,6 +16,7 @@ void add_info(CLI::App& app, Action& run);
 void add_tokenize(CLI::App& app, Action& run);
 void add_logits(CLI::App& app, Action& run);
 void add_make_model(CLI::App& app, Action& run);
+void add_bench(CLI::App& app, Action& run);
 
 int default_threads();
 // Loads a model, drawing a progress bar on stderr when it is a terminal; prints the error and returns null.

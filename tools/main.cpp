@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   kestrel::cli::add_tokenize(app, run);
   kestrel::cli::add_logits(app, run);
   kestrel::cli::add_make_model(app, run);
+  kestrel::cli::add_bench(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

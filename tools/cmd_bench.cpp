@@ -1,0 +1,223 @@
+// kestrel bench: prompt-processing and generation throughput like llama-bench (-p, -n, -t, -r, -o md|json,
+// -d depth), plus batched decode of N sequences, and decode's fraction of the memory-bandwidth ceiling,
+// from the weight bytes one token reads and a read-bandwidth figure measured by the same command.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <random>
+
+#include "common.h"
+#include "core/timer.h"
+#include "kv/block_pool.h"
+
+namespace kestrel::cli {
+namespace {
+
+struct BenchArgs {
+  std::vector<std::string> models;
+  std::vector<int> n_prompt{512};
+  std::vector<int> n_gen{128};
+  std::vector<int> depths{0};
+  std::vector<int> seqs;  // batched decode: this many sequences decode together
+  int threads = default_threads();
+  int repetitions = 5;
+  int block_size = 16;
+  int ubatch = 512;
+  std::string output = "md";
+  bool measure_bandwidth = true;
+};
+
+// Several sequences sharing one KV page pool; each step runs one forward over all of them.
+class BenchSequences {
+ public:
+  BenchSequences(const Model& model, int n_seqs, int n_ctx, int block_size)
+      : model_(model),
+        block_size_(block_size),
+        pool_(n_seqs * ((n_ctx + block_size - 1) / block_size)),
+        kv_(model.kv_spec(pool_.n_blocks(), block_size)),
+        tables_(static_cast<size_t>(n_seqs)),
+        n_past_(static_cast<size_t>(n_seqs), 0) {}
+
+  // Appends tokens[s] to sequence s for every s, in one forward (micro-batched by ubatch); logits of the
+  // last token of each sequence only.
+  void step(ThreadPool& pool, const std::vector<std::vector<int32_t>>& tokens, int ubatch) {
+    ForwardBatch batch;
+    auto flush = [&] {
+      if (batch.tokens.empty()) return;
+      logits_.resize(batch.logits_rows.size() * static_cast<size_t>(model_.hparams().n_vocab));
+      model_.forward(pool, batch, kv_, logits_.data());
+      batch = ForwardBatch{};
+    };
+    for (size_t s = 0; s < tokens.size(); ++s) {
+      tables_[s].reserve(pool_, n_past_[s] + static_cast<int32_t>(tokens[s].size()), block_size_);
+      for (size_t i = 0; i < tokens[s].size(); ++i) {
+        batch.tokens.push_back(tokens[s][i]);
+        batch.positions.push_back(n_past_[s]++);
+        batch.block_tables.push_back(tables_[s].ids().data());
+        if (i + 1 == tokens[s].size()) batch.logits_rows.push_back(batch.n_tokens() - 1);
+        if (batch.n_tokens() >= ubatch) {
+          if (batch.logits_rows.empty() || batch.logits_rows.back() != batch.n_tokens() - 1)
+            batch.logits_rows.push_back(batch.n_tokens() - 1);
+          flush();
+        }
+      }
+    }
+    flush();
+  }
+
+ private:
+  const Model& model_;
+  int block_size_;
+  BlockPool pool_;
+  KvStorage kv_;
+  std::vector<BlockTable> tables_;
+  std::vector<int32_t> n_past_;
+  std::vector<float> logits_;
+};
+
+// Read bandwidth of a streaming sum over a buffer much larger than the caches, with n_threads threads.
+double measure_read_bandwidth_gbs(ThreadPool& pool) {
+  const size_t n = size_t{1} << 27;  // 512 MiB of floats
+  std::vector<float> buffer(n, 1.0f);  // [n]
+  std::vector<double> partial(static_cast<size_t>(pool.n_threads()));
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    Timer timer;
+    pool.parallel_for(n, 4096, [&](size_t begin, size_t end, int t) {
+      float acc[16] = {0};
+      for (size_t i = begin; i < end; i += 16)
+        for (int k = 0; k < 16; ++k) acc[k] += buffer[i + k];
+      partial[static_cast<size_t>(t)] = std::accumulate(acc, acc + 16, 0.0);
+    });
+    best = std::max(best, static_cast<double>(n * sizeof(float)) / timer.elapsed_s() / 1e9);
+  }
+  if (std::accumulate(partial.begin(), partial.end(), 0.0) < 0) std::printf(" ");  // keep the sums live
+  return best;
+}
+
+struct Row {
+  std::string model, test;
+  int n_prompt = 0, n_gen = 0, depth = 0, n_seqs = 1;
+  std::vector<double> samples_ts;
+  double avg_ts() const { return std::accumulate(samples_ts.begin(), samples_ts.end(), 0.0) / samples_ts.size(); }
+  double stddev_ts() const {
+    if (samples_ts.size() < 2) return 0;
+    const double m = avg_ts();
+    double s = 0;
+    for (double x : samples_ts) s += (x - m) * (x - m);
+    return std::sqrt(s / (samples_ts.size() - 1));
+  }
+};
+
+std::vector<int32_t> random_tokens(std::mt19937& rng, int n, int n_vocab) {
+  std::uniform_int_distribution<int32_t> dist(3, n_vocab - 1);
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (auto& x : t) x = dist(rng);
+  return t;
+}
+
+int run_bench(BenchArgs& a) {
+  ThreadPool pool(a.threads);
+  const double bandwidth = a.measure_bandwidth ? measure_read_bandwidth_gbs(pool) : 0;
+  nlohmann::json json_rows = nlohmann::json::array();
+  if (a.output == "md") {
+    if (bandwidth > 0) std::printf("memory read bandwidth (%d threads): %.1f GB/s\n\n", a.threads, bandwidth);
+    std::printf("| model | size | params | threads | test | t/s | decode %% of bandwidth ceiling |\n");
+    std::printf("| --- | ---: | ---: | ---: | --- | ---: | ---: |\n");
+  }
+  std::mt19937 rng(1234);
+  for (const std::string& path : a.models) {
+    auto model = load_model(path, true);
+    if (!model) return 1;
+    const HParams& hp = model->hparams();
+    size_t file_bytes = 0, params = 0;
+    for (const TensorView& t : model->file().tensors()) {
+      file_bytes += t.n_bytes;
+      params += static_cast<size_t>(t.n_elements());
+    }
+    const double bytes_per_token = static_cast<double>(model->weight_bytes_per_token());
+    std::vector<Row> rows;
+    for (int np : a.n_prompt)
+      if (np > 0) rows.push_back({path, "pp" + std::to_string(np), np, 0, 0, 1, {}});
+    for (int ng : a.n_gen)
+      if (ng > 0)
+        for (int d : a.depths) {
+          rows.push_back({path, "tg" + std::to_string(ng) + (d ? "@d" + std::to_string(d) : ""), 0, ng, d, 1, {}});
+          for (int s : a.seqs)
+            rows.push_back({path, "tg" + std::to_string(ng) + "x" + std::to_string(s) + (d ? "@d" + std::to_string(d) : ""),
+                            0, ng, d, s, {}});
+        }
+    for (Row& row : rows) {
+      for (int rep = 0; rep <= a.repetitions; ++rep) {  // rep 0 warms up
+        const int n_ctx = row.depth + std::max(row.n_prompt, row.n_gen) + 1;
+        BenchSequences seqs(*model, row.n_seqs, n_ctx, a.block_size);
+        if (row.depth > 0) {
+          std::vector<std::vector<int32_t>> fill;
+          for (int s = 0; s < row.n_seqs; ++s) fill.push_back(random_tokens(rng, row.depth, hp.n_vocab));
+          seqs.step(pool, fill, a.ubatch);
+        }
+        Timer timer;
+        if (row.n_prompt > 0) {
+          seqs.step(pool, {random_tokens(rng, row.n_prompt, hp.n_vocab)}, a.ubatch);
+        } else {
+          for (int i = 0; i < row.n_gen; ++i) {
+            std::vector<std::vector<int32_t>> next;
+            for (int s = 0; s < row.n_seqs; ++s) next.push_back(random_tokens(rng, 1, hp.n_vocab));
+            seqs.step(pool, next, a.ubatch);
+          }
+        }
+        const double seconds = timer.elapsed_s();
+        if (rep > 0) row.samples_ts.push_back((row.n_prompt + row.n_gen * row.n_seqs) / seconds);
+      }
+      // Decode reads every weight once per step, whatever the number of sequences.
+      const double fraction = (row.n_gen > 0 && bandwidth > 0)
+                                  ? bytes_per_token * row.avg_ts() / row.n_seqs / (bandwidth * 1e9) : 0;
+      if (a.output == "md") {
+        std::printf("| %s | %.2f MiB | %.2f B | %d | %s | %.2f ± %.2f | %s |\n", path.c_str(), file_bytes / 1048576.0,
+                    params / 1e9, a.threads, row.test.c_str(), row.avg_ts(), row.stddev_ts(),
+                    fraction > 0 ? (std::to_string(static_cast<int>(std::lround(fraction * 100))) + "%").c_str() : "");
+        std::fflush(stdout);
+      }
+      json_rows.push_back({{"model_filename", path},
+                           {"model_size", file_bytes},
+                           {"model_n_params", params},
+                           {"n_threads", a.threads},
+                           {"test", row.test},
+                           {"n_prompt", row.n_prompt},
+                           {"n_gen", row.n_gen},
+                           {"n_depth", row.depth},
+                           {"n_seqs", row.n_seqs},
+                           {"avg_ts", row.avg_ts()},
+                           {"stddev_ts", row.stddev_ts()},
+                           {"samples_ts", row.samples_ts},
+                           {"weight_bytes_per_token", bytes_per_token},
+                           {"bandwidth_gbs", bandwidth},
+                           {"bandwidth_fraction", fraction}});
+    }
+  }
+  if (a.output == "json") std::printf("%s\n", json_rows.dump(2).c_str());
+  return 0;
+}
+
+}  // namespace
+
+void add_bench(CLI::App& app, Action& run) {
+  auto a = std::make_shared<BenchArgs>();
+  CLI::App* cmd = app.add_subcommand("bench", "Measure prompt processing and generation speed (like llama-bench)");
+  cmd->add_option("-m,--model", a->models, "GGUF model file(s)")->required()->check(CLI::ExistingFile)->delimiter(',');
+  cmd->add_option("-p,--n-prompt", a->n_prompt, "Prompt lengths (0: none)")->delimiter(',');
+  cmd->add_option("-n,--n-gen", a->n_gen, "Generated tokens (0: none)")->delimiter(',');
+  cmd->add_option("-d,--n-depth", a->depths, "Tokens already in the context before generating")->delimiter(',');
+  cmd->add_option("--seqs", a->seqs, "Also decode this many sequences together (batched decode)")->delimiter(',');
+  cmd->add_option("-t,--threads", a->threads, "Threads")->check(CLI::Range(1, 1024));
+  cmd->add_option("-r,--repetitions", a->repetitions, "Repetitions of each test")->check(CLI::Range(1, 1000));
+  cmd->add_option("-b,--batch-size", a->ubatch, "Tokens per forward during prefill")->check(CLI::Range(1, 8192));
+  cmd->add_option("-o,--output", a->output, "Output format: md or json")->check(CLI::IsMember({"md", "json"}));
+  cmd->add_flag("!--no-bandwidth", a->measure_bandwidth, "Skip the memory-bandwidth measurement");
+  cmd->callback([&run, a] { run = [a] { return run_bench(*a); }; });
+}
+
+}  // namespace kestrel::cli
