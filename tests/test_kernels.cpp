@@ -4,6 +4,7 @@
 #include <random>
 
 #include "compute/cpu/dot.h"
+#include "compute/cpu/packed_matrix.h"
 #include "compute/ref/ref_ops.h"
 #include "core/fp16.h"
 #include "quant/quantize.h"
@@ -59,7 +60,82 @@ TEST(Kernels, F32DotHandlesOddLengths) {
     }
 }
 
+TEST(Kernels, IntegerDotMatchesReferenceOnEveryIsa) {
+  const size_t n = 2048, nb = n / 32;
+  for (Isa isa : runnable_isas()) {
+    for (DType type : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K}) {
+      const DotQ8Fn fast = dot_q8_kernel(type, isa), slow = dot_q8_kernel_scalar(type);
+      ASSERT_NE(fast, nullptr);
+      const auto bytes = quantized(type, random_vector(n, 41, 0.05f), n);
+      for (int n_tok = 1; n_tok <= kDotQ8MaxTokens; ++n_tok) {
+        SCOPED_TRACE(std::string(isa_name(isa)) + " " + dtype_name(type) + " n_tok=" + std::to_string(n_tok));
+        std::vector<BlockQ8A> xq(static_cast<size_t>(n_tok) * nb);
+        for (int t = 0; t < n_tok; ++t) {
+          const auto x = random_vector(n, 50 + static_cast<uint32_t>(t), t == 2 ? 30.0f : 1.0f);
+          quantize_activations_q8a(x.data(), xq.data() + t * nb, n);
+        }
+        std::vector<float> got(static_cast<size_t>(n_tok) * 3, -1.f), want(got.size(), -1.f);
+        fast(bytes.data(), xq.data(), nb, n_tok, n, got.data(), 3);  // output stride 3: others untouched
+        slow(bytes.data(), xq.data(), nb, n_tok, n, want.data(), 3);
+        for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 2e-4 * (1 + std::fabs(want[i]))) << i;
+      }
+    }
+  }
+}
+
+TEST(Kernels, PackedGemmMatchesReferenceOnEveryIsa) {
+  const size_t n_in = 256, n_out = 48, nb = n_in / 32;
+  for (DType type : {DType::Q4_0, DType::Q8_0}) {
+    const auto bytes = quantized(type, random_vector(n_in * n_out, 70, 0.05f), n_in);
+    const WeightMatrix m{type, static_cast<int64_t>(n_in), static_cast<int64_t>(n_out), bytes.data(), row_bytes(type, n_in)};
+    const auto packed = PackedMatrix::pack(m);
+    ASSERT_TRUE(packed.has_value());
+    for (int n_tok : {1, 3, 8, 13}) {
+      std::vector<BlockQ8A> xq(static_cast<size_t>(n_tok) * nb);
+      for (int t = 0; t < n_tok; ++t)
+        quantize_activations_q8a(random_vector(n_in, 80 + static_cast<uint32_t>(t)).data(), xq.data() + t * nb, n_in);
+      // The reference over the packed bytes must agree with the row-dot reference over the file's bytes...
+      std::vector<float> want(n_out * n_tok), rows(n_out * n_tok);
+      packed_gemm_kernel(packed->layout, Isa::Scalar)(packed->view(), xq.data(), n_tok, want.data(), n_out, 0,
+                                                      packed->n_groups());
+      for (size_t r = 0; r < n_out; ++r)
+        dot_q8_kernel_scalar(type)(m.row(static_cast<int64_t>(r)), xq.data(), nb, n_tok, n_in, rows.data() + r, n_out);
+      for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(want[i], rows[i], 1e-4 * (1 + std::fabs(rows[i]))) << i;
+      // ...and every ISA's kernel with the reference, also on a sub-range of row groups.
+      for (Isa isa : runnable_isas()) {
+        SCOPED_TRACE(std::string(isa_name(isa)) + " " + dtype_name(type) + " n_tok=" + std::to_string(n_tok));
+        std::vector<float> got(want.size(), -7.f);
+        packed_gemm_kernel(packed->layout, isa)(packed->view(), xq.data(), n_tok, got.data(), n_out, 1, 3);
+        for (int t = 0; t < n_tok; ++t)
+          for (size_t r = 0; r < n_out; ++r) {
+            const size_t i = t * n_out + r;
+            if (r < 16) EXPECT_EQ(got[i], -7.f) << "group 0 was not asked for";
+            else EXPECT_NEAR(got[i], want[i], 1e-4 * (1 + std::fabs(want[i]))) << i;
+          }
+      }
+    }
+  }
+}
+
+TEST(Kernels, ActivationQuantizationRoundTrips) {
+  const auto x = random_vector(256, 60, 3.0f);
+  std::vector<BlockQ8A> q(8);
+  quantize_activations_q8a(x.data(), q.data(), x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const BlockQ8A& b = q[i / 32];
+    EXPECT_NEAR(b.d * b.qs[i % 32], x[i], b.d * 0.5f + 1e-7f) << i;
+  }
+  for (const BlockQ8A& b : q) {
+    int s0 = 0, s1 = 0;
+    for (int i = 0; i < 16; ++i) s0 += b.qs[i], s1 += b.qs[16 + i];
+    EXPECT_EQ(b.sum16[0], s0);
+    EXPECT_EQ(b.sum16[1], s1);
+  }
+}
+
 TEST(Kernels, MatmulMatchesReference) {
+  // Float weights are dotted with float activations; quantized weights with 8-bit activation blocks, so
+  // their tolerance is a fraction of the sum of |terms| (the activation rounding).
   ThreadPool pool(2);
   for (DType type : kTypes) {
     for (int n_tok : {1, 3, 9, 33}) {
@@ -72,7 +148,15 @@ TEST(Kernels, MatmulMatchesReference) {
       std::vector<float> got(n_out * n_tok), want(n_out * n_tok);
       ops::matmul(pool, m, x.data(), got.data(), n_tok);
       ref::matmul(m, x.data(), want.data(), n_tok);
-      for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 2e-4) << i;
+      const bool int8 = dot_q8_kernel(type) != nullptr;
+      std::vector<float> decoded(n_in);
+      for (int t = 0; t < n_tok; ++t)
+        for (size_t r = 0; r < n_out; ++r) {
+          dequantize_row(type, bytes.data() + r * row_bytes(type, n_in), decoded.data(), n_in);
+          double magnitude = 0;
+          for (size_t i = 0; i < n_in; ++i) magnitude += std::fabs(decoded[i] * x[t * n_in + i]);
+          EXPECT_NEAR(got[t * n_out + r], want[t * n_out + r], int8 ? 0.01 * magnitude : 2e-4) << r;
+        }
     }
   }
 }
@@ -132,7 +216,9 @@ TEST(Quantize, RoundTripErrorWithinFormatBounds) {
       ref += x[i] * x[i];
     }
     EXPECT_LE(std::sqrt(err / ref), bound) << dtype_name(type);
-    if (type != DType::F32) EXPECT_GT(std::sqrt(err / ref), 0.0) << dtype_name(type) << " should be lossy";
+    if (type != DType::F32) {
+      EXPECT_GT(std::sqrt(err / ref), 0.0) << dtype_name(type) << " should be lossy";
+    }
   }
 }
 

@@ -12,13 +12,17 @@
 
 namespace kestrel {
 
-// A weight matrix: n_out rows of n_in elements of `type` (a 2-D tensor, or one expert of a 3-D one).
+struct PackedMatrix;
+
+// A weight matrix: n_out rows of n_in elements of `type` (a 2-D tensor, or one expert of a 3-D one),
+// optionally with a copy repacked for the integer GEMM kernels (then used instead of `data`).
 struct WeightMatrix {
   DType type = DType::F32;
   int64_t n_in = 0;
   int64_t n_out = 0;
   const uint8_t* data = nullptr;
   size_t row_bytes = 0;
+  const PackedMatrix* packed = nullptr;
 
   static WeightMatrix from(const TensorView& t, int64_t expert = 0);
   const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }

@@ -10,7 +10,7 @@ namespace {
 const float* floats(const TensorView* t) { return t ? reinterpret_cast<const float*>(t->data) : nullptr; }
 }  // namespace
 
-void attention(ThreadPool& pool, const HParams& hp, const ArchTraits& arch, const LayerWeights& L,
+void attention(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const ArchTraits& arch, const LayerWeights& L,
                const TensorView* rope_freqs, const ForwardBatch& batch, const KvLayerView& kv, const float* h,
                float* out) {
   const int n_tok = batch.n_tokens();
@@ -19,9 +19,9 @@ void attention(ThreadPool& pool, const HParams& hp, const ArchTraits& arch, cons
   std::vector<float> k(static_cast<size_t>(n_tok) * Dkv);    // [n_tok, n_kv_heads, head_dim]
   std::vector<float> v(static_cast<size_t>(n_tok) * Dkv);    // [n_tok, n_kv_heads, head_dim]
   std::vector<float> attn(static_cast<size_t>(n_tok) * Dq);  // [n_tok, n_heads, head_dim]
-  ops::matmul(pool, WeightMatrix::from(*L.wq), h, q.data(), n_tok);
-  ops::matmul(pool, WeightMatrix::from(*L.wk), h, k.data(), n_tok);
-  ops::matmul(pool, WeightMatrix::from(*L.wv), h, v.data(), n_tok);
+  ops::matmul(pool, pw.matrix(*L.wq), h, q.data(), n_tok);
+  ops::matmul(pool, pw.matrix(*L.wk), h, k.data(), n_tok);
+  ops::matmul(pool, pw.matrix(*L.wv), h, v.data(), n_tok);
   if (L.bq) {
     ops::add_bias(q.data(), floats(L.bq), n_tok, Dq);
     ops::add_bias(k.data(), floats(L.bk), n_tok, Dkv);
@@ -38,10 +38,10 @@ void attention(ThreadPool& pool, const HParams& hp, const ArchTraits& arch, cons
   const AttentionRows rows{batch.positions, batch.block_tables};
   ops::kv_store(kv, rows, k.data(), v.data(), n_tok);
   ops::attention_paged(pool, q.data(), kv, rows, attn.data(), n_tok, hp.n_heads, 1.0f / std::sqrt(float(hd)));
-  ops::matmul(pool, WeightMatrix::from(*L.wo), attn.data(), out, n_tok);
+  ops::matmul(pool, pw.matrix(*L.wo), attn.data(), out, n_tok);
 }
 
-void attention_mla(ThreadPool& pool, const HParams& hp, const ArchTraits& arch, const LayerWeights& L,
+void attention_mla(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const ArchTraits& arch, const LayerWeights& L,
                    const ForwardBatch& batch, const KvLayerView& kv, const float* h, float* out) {
   const int n_tok = batch.n_tokens(), H = hp.n_heads, hd = hp.head_dim, rope = hp.n_rot, nope = hd - rope;
   const int R = hp.kv_lora_rank, Dc = R + rope, Dv = hp.head_dim_v;
@@ -49,15 +49,15 @@ void attention_mla(ThreadPool& pool, const HParams& hp, const ArchTraits& arch, 
   std::vector<float> q(static_cast<size_t>(n_tok) * H * hd);
   if (L.wq_a) {
     std::vector<float> qa(static_cast<size_t>(n_tok) * hp.q_lora_rank);  // [n_tok, q_lora_rank]
-    ops::matmul(pool, WeightMatrix::from(*L.wq_a), h, qa.data(), n_tok);
+    ops::matmul(pool, pw.matrix(*L.wq_a), h, qa.data(), n_tok);
     ops::rmsnorm(qa.data(), floats(L.q_a_norm), qa.data(), n_tok, hp.q_lora_rank, hp.rms_eps);
-    ops::matmul(pool, WeightMatrix::from(*L.wq_b), qa.data(), q.data(), n_tok);
+    ops::matmul(pool, pw.matrix(*L.wq_b), qa.data(), q.data(), n_tok);
   } else {
-    ops::matmul(pool, WeightMatrix::from(*L.wq), h, q.data(), n_tok);
+    ops::matmul(pool, pw.matrix(*L.wq), h, q.data(), n_tok);
   }
   // Cache rows [n_tok, R + rope]: normalised latent, then the RoPE'd shared key.
   std::vector<float> latent(static_cast<size_t>(n_tok) * Dc);
-  ops::matmul(pool, WeightMatrix::from(*L.wkv_a), h, latent.data(), n_tok);
+  ops::matmul(pool, pw.matrix(*L.wkv_a), h, latent.data(), n_tok);
   std::vector<float> k_pe(static_cast<size_t>(n_tok) * rope);      // [n_tok, 1, rope]
   std::vector<float> q_pe(static_cast<size_t>(n_tok) * H * rope);  // [n_tok, H, rope]
   std::vector<float> q_nope(static_cast<size_t>(n_tok) * nope);    // [n_tok, nope] of one head
@@ -80,7 +80,7 @@ void attention_mla(ThreadPool& pool, const HParams& hp, const ArchTraits& arch, 
   for (int hh = 0; hh < H; ++hh) {
     for (int t = 0; t < n_tok; ++t)
       std::copy_n(q.data() + (static_cast<size_t>(t) * H + hh) * hd, nope, q_nope.data() + static_cast<size_t>(t) * nope);
-    ops::matmul(pool, WeightMatrix::from(*L.wk_b, hh), q_nope.data(), tmp.data(), n_tok);
+    ops::matmul(pool, pw.matrix(*L.wk_b, hh), q_nope.data(), tmp.data(), n_tok);
     for (int t = 0; t < n_tok; ++t) {
       float* dst = q_abs.data() + (static_cast<size_t>(t) * H + hh) * Dc;
       std::copy_n(tmp.data() + static_cast<size_t>(t) * R, R, dst);
@@ -98,11 +98,11 @@ void attention_mla(ThreadPool& pool, const HParams& hp, const ArchTraits& arch, 
   for (int hh = 0; hh < H; ++hh) {
     for (int t = 0; t < n_tok; ++t)
       std::copy_n(ctx.data() + (static_cast<size_t>(t) * H + hh) * R, R, ctx_h.data() + static_cast<size_t>(t) * R);
-    ops::matmul(pool, WeightMatrix::from(*L.wv_b, hh), ctx_h.data(), tmp.data(), n_tok);
+    ops::matmul(pool, pw.matrix(*L.wv_b, hh), ctx_h.data(), tmp.data(), n_tok);
     for (int t = 0; t < n_tok; ++t)
       std::copy_n(tmp.data() + static_cast<size_t>(t) * Dv, Dv, heads.data() + (static_cast<size_t>(t) * H + hh) * Dv);
   }
-  ops::matmul(pool, WeightMatrix::from(*L.wo), heads.data(), out, n_tok);
+  ops::matmul(pool, pw.matrix(*L.wo), heads.data(), out, n_tok);
 }
 
 void ffn_dense(ThreadPool& pool, const WeightMatrix& gate, const WeightMatrix& up, const WeightMatrix& down,
@@ -115,10 +115,10 @@ void ffn_dense(ThreadPool& pool, const WeightMatrix& gate, const WeightMatrix& u
   ops::matmul(pool, down, g.data(), out, n_tok);
 }
 
-void ffn_moe(ThreadPool& pool, const HParams& hp, const LayerWeights& L, const float* h, float* out, int n_tok) {
+void ffn_moe(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const LayerWeights& L, const float* h, float* out, int n_tok) {
   const int E = hp.n_embd, X = hp.n_expert, K = hp.n_expert_used;
   std::vector<float> probs(static_cast<size_t>(n_tok) * X);  // [n_tok, n_expert]
-  ops::matmul(pool, WeightMatrix::from(*L.ffn_router), h, probs.data(), n_tok);
+  ops::matmul(pool, pw.matrix(*L.ffn_router), h, probs.data(), n_tok);
   // Route: per token, the top-k experts and their weights.
   std::vector<std::vector<std::pair<int, float>>> routed(static_cast<size_t>(X));  // expert -> (token, weight)
   std::vector<int> order(static_cast<size_t>(X));
@@ -137,8 +137,8 @@ void ffn_moe(ThreadPool& pool, const HParams& hp, const LayerWeights& L, const f
     for (int j = 0; j < K; ++j) routed[static_cast<size_t>(order[j])].push_back({t, p[order[j]] * factor});
   }
   if (L.ffn_gate_shexp)
-    ffn_dense(pool, WeightMatrix::from(*L.ffn_gate_shexp), WeightMatrix::from(*L.ffn_up_shexp),
-              WeightMatrix::from(*L.ffn_down_shexp), h, out, n_tok);
+    ffn_dense(pool, pw.matrix(*L.ffn_gate_shexp), pw.matrix(*L.ffn_up_shexp),
+              pw.matrix(*L.ffn_down_shexp), h, out, n_tok);
   else
     std::fill(out, out + static_cast<size_t>(n_tok) * E, 0.f);
   std::vector<float> xs, ys;  // [n_routed, n_embd] gathered inputs and expert outputs
@@ -150,8 +150,8 @@ void ffn_moe(ThreadPool& pool, const HParams& hp, const LayerWeights& L, const f
     ys.resize(static_cast<size_t>(n) * E);
     for (int i = 0; i < n; ++i)
       std::copy_n(h + static_cast<size_t>(tokens[i].first) * E, E, xs.data() + static_cast<size_t>(i) * E);
-    ffn_dense(pool, WeightMatrix::from(*L.ffn_gate_exps, e), WeightMatrix::from(*L.ffn_up_exps, e),
-              WeightMatrix::from(*L.ffn_down_exps, e), xs.data(), ys.data(), n);
+    ffn_dense(pool, pw.matrix(*L.ffn_gate_exps, e), pw.matrix(*L.ffn_up_exps, e),
+              pw.matrix(*L.ffn_down_exps, e), xs.data(), ys.data(), n);
     for (int i = 0; i < n; ++i) {
       float* o = out + static_cast<size_t>(tokens[i].first) * E;
       const float* y = ys.data() + static_cast<size_t>(i) * E;

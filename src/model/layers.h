@@ -5,13 +5,14 @@
 #include "model/arch.h"
 #include "model/forward_batch.h"
 #include "model/hparams.h"
+#include "model/packed_weights.h"
 #include "model/weights.h"
 
 namespace kestrel::layers {
 
 // Self-attention with GQA, optional q/k/v bias and per-head q/k norm, RoPE, paged KV.
 // h: [n_tok, n_embd] (normalised input) -> out: [n_tok, n_embd].
-void attention(ThreadPool& pool, const HParams& hp, const ArchTraits& arch, const LayerWeights& L,
+void attention(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const ArchTraits& arch, const LayerWeights& L,
                const TensorView* rope_freqs, const ForwardBatch& batch, const KvLayerView& kv, const float* h,
                float* out);
 
@@ -19,7 +20,7 @@ void attention(ThreadPool& pool, const HParams& hp, const ArchTraits& arch, cons
 // k_b into a kv_lora_rank-wide query, so attention runs over the cached [latent | rope key] rows directly
 // (one KV "head" shared by every query head), and the latent output is expanded by v_b per head.
 // h: [n_tok, n_embd] -> out: [n_tok, n_embd].
-void attention_mla(ThreadPool& pool, const HParams& hp, const ArchTraits& arch, const LayerWeights& L,
+void attention_mla(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const ArchTraits& arch, const LayerWeights& L,
                    const ForwardBatch& batch, const KvLayerView& kv, const float* h, float* out);
 
 // SwiGLU feed-forward: out = down(silu(gate(h)) * up(h)). h: [n_tok, n_embd] -> out: [n_tok, n_embd].
@@ -29,6 +30,6 @@ void ffn_dense(ThreadPool& pool, const WeightMatrix& gate, const WeightMatrix& u
 // Mixture of experts: softmax (or sigmoid) router over n_expert, top-k per token, optionally renormalised
 // and scaled; each chosen expert runs once over all the tokens routed to it; shared experts, when present,
 // see every token. h, out: [n_tok, n_embd].
-void ffn_moe(ThreadPool& pool, const HParams& hp, const LayerWeights& L, const float* h, float* out, int n_tok);
+void ffn_moe(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const LayerWeights& L, const float* h, float* out, int n_tok);
 
 }  // namespace kestrel::layers

@@ -1,14 +1,27 @@
 #include "model/model.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <thread>
 #include <vector>
 
+#include "compute/cpu/isa.h"
 #include "model/layers.h"
 #include "quant/quantize.h"
 
 namespace kestrel {
+namespace {
+// Drops the whole pages inside [data, data + n) from this process (file-backed: re-read if touched again).
+void release_pages(const uint8_t* data, size_t n) {
+  const uintptr_t page = 4096, begin = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page,
+                  end = (reinterpret_cast<uintptr_t>(data) + n) / page * page;
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+}  // namespace
 
-Result<std::unique_ptr<Model>> Model::load(const std::string& path, const std::function<void(double)>& progress) {
+Result<std::unique_ptr<Model>> Model::load(const std::string& path, const std::function<void(double)>& progress,
+                                           bool repack) {
   auto file = GgufFile::open(path);
   if (!file.ok()) return Error{file.error()};
   auto model = from_file(std::move(file).value());
@@ -25,6 +38,12 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const std::f
       progress(static_cast<double>(done) / static_cast<double>(total));
       next_report = done + total / 100;
     }
+  }
+  if (repack && detected_isa() != Isa::Scalar) {
+    Model& m = *model.value();
+    const int n_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    for (const TensorView* t : m.packed_.build(m.weights_, n_threads))
+      if (t != m.weights_.token_embd) release_pages(t->data, t->n_bytes);  // the packed copy replaces them
   }
   if (progress) progress(1.0);
   return model;
@@ -93,16 +112,16 @@ void Model::forward(ThreadPool& pool, const ForwardBatch& batch, KvStorage& kv, 
     const LayerWeights& L = weights_.layers[static_cast<size_t>(il)];
     ops::rmsnorm(x.data(), reinterpret_cast<const float*>(L.attn_norm->data), h.data(), n_tok, E, hp.rms_eps);
     if (arch_->latent_attention)
-      layers::attention_mla(pool, hp, *arch_, L, batch, kv.layer(il), h.data(), y.data());
+      layers::attention_mla(pool, packed_, hp, *arch_, L, batch, kv.layer(il), h.data(), y.data());
     else
-      layers::attention(pool, hp, *arch_, L, weights_.rope_freqs, batch, kv.layer(il), h.data(), y.data());
+      layers::attention(pool, packed_, hp, *arch_, L, weights_.rope_freqs, batch, kv.layer(il), h.data(), y.data());
     ops::add(x.data(), y.data(), x.size());
     ops::rmsnorm(x.data(), reinterpret_cast<const float*>(L.ffn_norm->data), h.data(), n_tok, E, hp.rms_eps);
     if (L.ffn_router)
-      layers::ffn_moe(pool, hp, L, h.data(), y.data(), n_tok);
+      layers::ffn_moe(pool, packed_, hp, L, h.data(), y.data(), n_tok);
     else
-      layers::ffn_dense(pool, WeightMatrix::from(*L.ffn_gate), WeightMatrix::from(*L.ffn_up),
-                        WeightMatrix::from(*L.ffn_down), h.data(), y.data(), n_tok);
+      layers::ffn_dense(pool, packed_.matrix(*L.ffn_gate), packed_.matrix(*L.ffn_up), packed_.matrix(*L.ffn_down),
+                        h.data(), y.data(), n_tok);
     ops::add(x.data(), y.data(), x.size());
   }
 
@@ -112,7 +131,7 @@ void Model::forward(ThreadPool& pool, const ForwardBatch& batch, KvStorage& kv, 
     std::copy_n(x.data() + static_cast<size_t>(batch.logits_rows[i]) * E, E, last.data() + static_cast<size_t>(i) * E);
   ops::rmsnorm(last.data(), reinterpret_cast<const float*>(weights_.output_norm->data), last.data(), n_out, E,
                hp.rms_eps);
-  ops::matmul(pool, WeightMatrix::from(*weights_.output), last.data(), logits, n_out);
+  ops::matmul(pool, packed_.matrix(*weights_.output), last.data(), logits, n_out);
 }
 
 }  // namespace kestrel

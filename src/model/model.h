@@ -13,6 +13,7 @@
 #include "model/arch.h"
 #include "model/forward_batch.h"
 #include "model/hparams.h"
+#include "model/packed_weights.h"
 #include "model/weights.h"
 
 namespace kestrel {
@@ -20,8 +21,10 @@ namespace kestrel {
 class Model {
  public:
   // progress(fraction) is called while weight pages are read in (may be empty).
+  // repack: build packed copies of the quantized matrices for the integer GEMM kernels (and release the
+  // file pages they came from).
   static Result<std::unique_ptr<Model>> load(const std::string& path,
-                                             const std::function<void(double)>& progress = {});
+                                             const std::function<void(double)>& progress = {}, bool repack = true);
   static Result<std::unique_ptr<Model>> from_file(GgufFile file);
 
   const GgufFile& file() const { return file_; }
@@ -45,6 +48,7 @@ class Model {
   HParams hparams_;
   const ArchTraits* arch_ = nullptr;
   ModelWeights weights_;
+  PackedWeights packed_;
 };
 
 }  // namespace kestrel

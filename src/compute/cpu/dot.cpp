@@ -35,7 +35,39 @@ float dot_blocks_scalar(const void* row, const float* x, size_t n) {
   return s;
 }
 
+// Reference for the integer path: weights decoded by the reference dequantizer, activations as d * q.
+template <DType kType>
+void dot_q8_scalar(const void* row, const BlockQ8A* x, size_t x_stride, int n_tok, size_t n, float* out,
+                   size_t out_stride) {
+  std::vector<float> w(n);
+  dequantize_row(kType, row, w.data(), n);
+  for (int t = 0; t < n_tok; ++t) {
+    const BlockQ8A* xt = x + static_cast<size_t>(t) * x_stride;
+    double s = 0;
+    for (size_t i = 0; i < n; ++i) s += static_cast<double>(w[i]) * xt[i / 32].d * xt[i / 32].qs[i % 32];
+    out[static_cast<size_t>(t) * out_stride] = static_cast<float>(s);
+  }
+}
+
 }  // namespace
+
+DotQ8Fn dot_q8_kernel_scalar(DType type) {
+  switch (type) {
+    case DType::Q8_0: return dot_q8_scalar<DType::Q8_0>;
+    case DType::Q4_0: return dot_q8_scalar<DType::Q4_0>;
+    case DType::Q4_K: return dot_q8_scalar<DType::Q4_K>;
+    case DType::Q6_K: return dot_q8_scalar<DType::Q6_K>;
+    default: return nullptr;
+  }
+}
+
+DotQ8Fn dot_q8_kernel(DType type, Isa isa) {
+  DotQ8Fn fn = nullptr;
+  if (isa >= Isa::Avx512) fn = dot_q8_kernel_avx512(type);
+  if (!fn && isa >= Isa::Avx2) fn = dot_q8_kernel_avx2(type);
+  if (!fn) fn = dot_q8_kernel_scalar(type);
+  return fn;
+}
 
 DotFn dot_kernel_scalar(DType type) {
   switch (type) {
@@ -53,6 +85,8 @@ DotFn dot_kernel_scalar(DType type) {
 #if !defined(KESTREL_HAVE_X86_KERNELS)
 DotFn dot_kernel_avx2(DType) { return nullptr; }
 DotFn dot_kernel_avx512(DType) { return nullptr; }
+DotQ8Fn dot_q8_kernel_avx2(DType) { return nullptr; }
+DotQ8Fn dot_q8_kernel_avx512(DType) { return nullptr; }
 #endif
 
 DotFn dot_kernel(DType type, Isa isa) {

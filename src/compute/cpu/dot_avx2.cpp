@@ -182,6 +182,22 @@ float dot_q6_k(const void* row, const float* x, size_t n) {
 }
 
 }  // namespace
+}  // namespace kestrel
+
+namespace kestrel {
+namespace {
+// u8 x s8 -> int32 via maddubs (pairs to int16; |pair sum| <= 2 * 255 * 127 fits) and madd with ones.
+inline __m256i dot_u8s8(__m256i u, __m256i s) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+}  // namespace
+}  // namespace kestrel
+
+#include "compute/cpu/dot_q8_impl.h"
+
+namespace kestrel {
+
+DotQ8Fn dot_q8_kernel_avx2(DType type) { return dot_q8_table(type); }
 
 DotFn dot_kernel_avx2(DType type) {
   switch (type) {

@@ -99,6 +99,20 @@ float dot_q4_0(const void* row, const float* x, size_t n) {
 }
 
 }  // namespace
+}  // namespace kestrel
+
+namespace kestrel {
+namespace {
+// u8 x s8 -> int32 with one VNNI instruction.
+inline __m256i dot_u8s8(__m256i u, __m256i s) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s); }
+}  // namespace
+}  // namespace kestrel
+
+#include "compute/cpu/dot_q8_impl.h"
+
+namespace kestrel {
+
+DotQ8Fn dot_q8_kernel_avx512(DType type) { return dot_q8_table(type); }
 
 DotFn dot_kernel_avx512(DType type) {
   switch (type) {

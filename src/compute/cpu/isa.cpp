@@ -31,8 +31,8 @@ Isa hardware_isa() {
   const bool os_ymm = (xcr0_lo & 0x6u) == 0x6u, os_zmm = (xcr0_lo & 0xE6u) == 0xE6u;
   if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return Isa::Scalar;
   const bool avx2 = ebx & (1u << 5), avx512f = ebx & (1u << 16), avx512bw = ebx & (1u << 30),
-             avx512vl = ebx & (1u << 31);
-  if (os_zmm && avx2 && avx512f && avx512bw && avx512vl) return Isa::Avx512;
+             avx512vl = ebx & (1u << 31), avx512vnni = ecx & (1u << 11);
+  if (os_zmm && avx2 && avx512f && avx512bw && avx512vl && avx512vnni) return Isa::Avx512;
   if (os_ymm && avx2) return Isa::Avx2;
   return Isa::Scalar;
 }

@@ -5,6 +5,7 @@
 
 namespace kestrel {
 
+// Avx2: AVX2 + FMA + F16C. Avx512: AVX-512 F/BW/VL with VNNI (Zen 4, Ice Lake and later).
 enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2 };
 
 const char* isa_name(Isa isa);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "compute/cpu/dot.h"
+#include "compute/cpu/packed_matrix.h"
 #include "compute/ops.h"
 #include "quant/quantize.h"
 
@@ -18,6 +19,40 @@ constexpr int64_t kRowTile = 16;     // rows decoded together for prefill
 void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, float* y, int n_tok) {
   const size_t n_in = static_cast<size_t>(w.n_in);
   const size_t n_out = static_cast<size_t>(w.n_out);
+  if (w.packed) {
+    // Packed 16-row groups: the integer GEMM kernel, threads splitting the row groups.
+    const size_t nb = n_in / 32;
+    std::vector<BlockQ8A> xq(static_cast<size_t>(n_tok) * nb);  // [n_tok, n_in / 32]
+    pool.parallel_for(static_cast<size_t>(n_tok), 1, [&](size_t begin, size_t end, int) {
+      for (size_t t = begin; t < end; ++t) quantize_activations_q8a(x + t * n_in, xq.data() + t * nb, n_in);
+    });
+    const PackedGemmFn gemm = packed_gemm_kernel(w.packed->layout, detected_isa());
+    const PackedView view = w.packed->view();
+    pool.parallel_for(static_cast<size_t>(w.packed->n_groups()), 1, [&](size_t begin, size_t end, int) {
+      gemm(view, xq.data(), n_tok, y, n_out, static_cast<int64_t>(begin), static_cast<int64_t>(end));
+    });
+    return;
+  }
+  if (const DotQ8Fn dot_q8 = dot_q8_kernel(w.type)) {
+    // Quantized weights: activations to 8-bit blocks once, then integer dots. Rows are walked in tiles
+    // and tokens in groups of kDotQ8MaxTokens, so each weight row is decoded once per token group.
+    const size_t nb = n_in / 32;
+    std::vector<BlockQ8A> xq(static_cast<size_t>(n_tok) * nb);  // [n_tok, n_in / 32]
+    pool.parallel_for(static_cast<size_t>(n_tok), 1, [&](size_t begin, size_t end, int) {
+      for (size_t t = begin; t < end; ++t) quantize_activations_q8a(x + t * n_in, xq.data() + t * nb, n_in);
+    });
+    pool.parallel_for(n_out, kRowTile, [&](size_t begin, size_t end, int) {
+      for (size_t r0 = begin; r0 < end; r0 += kRowTile) {
+        const size_t r1 = std::min<size_t>(end, r0 + kRowTile);
+        for (int t0 = 0; t0 < n_tok; t0 += kDotQ8MaxTokens) {
+          const int nt = std::min(kDotQ8MaxTokens, n_tok - t0);
+          for (size_t r = r0; r < r1; ++r)
+            dot_q8(w.row(static_cast<int64_t>(r)), xq.data() + t0 * nb, nb, nt, n_in, y + t0 * n_out + r, n_out);
+        }
+      }
+    });
+    return;
+  }
   if (n_tok <= kDirectMaxTokens || w.type == DType::F32) {
     const DotFn dot = dot_kernel(w.type);
     pool.parallel_for(n_out, 8, [&](size_t begin, size_t end, int) {

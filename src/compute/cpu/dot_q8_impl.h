@@ -1,0 +1,160 @@
+// Integer dot kernels (quantized weight row x 8-bit activations of up to 8 tokens), written once and
+// compiled per ISA: included only by the ISA files, after they define, in an anonymous namespace,
+//   __m256i dot_u8s8(__m256i u, __m256i s);  // int32 x 8: each lane sums 4 adjacent u8 * s8 products
+// Everything here has internal linkage, so each ISA file gets its own copy.
+#pragma once
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "compute/cpu/dot.h"
+#include "quant/blocks.h"
+
+namespace kestrel {
+namespace {
+
+inline float hsum_ps(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+// Q8_0: signed weights; |w| * (x with w's sign) keeps the first operand unsigned.
+template <int NT>
+void q8_0_q8a(const void* row, const BlockQ8A* x, size_t xs, size_t n, float* out, size_t os) {
+  const auto* b = static_cast<const BlockQ8_0*>(row);
+  __m256 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  for (size_t i = 0; i < n / kQK; ++i) {
+    const __m256i w = load256(b[i].qs);
+    const __m256i aw = _mm256_sign_epi8(w, w);
+    const float dw = _cvtsh_ss(b[i].d);
+    for (int t = 0; t < NT; ++t) {
+      const BlockQ8A& xb = x[t * xs + i];
+      const __m256i sx = _mm256_sign_epi8(load256(xb.qs), w);
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8(aw, sx)), _mm256_set1_ps(dw * xb.d), acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) out[t * os] = hsum_ps(acc[t]);
+}
+
+// Q4_0: w = d * (q - 8) with q in 0..15: dot the unsigned q, subtract 8 * sum(x).
+template <int NT>
+void q4_0_q8a(const void* row, const BlockQ8A* x, size_t xs, size_t n, float* out, size_t os) {
+  const auto* b = static_cast<const BlockQ4_0*>(row);
+  const __m128i m4 = _mm_set1_epi8(0xF);
+  __m256 acc[NT];
+  float corr[NT] = {};
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  for (size_t i = 0; i < n / kQK; ++i) {
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].qs));
+    const __m256i w = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4));
+    const float dw = _cvtsh_ss(b[i].d);
+    for (int t = 0; t < NT; ++t) {
+      const BlockQ8A& xb = x[t * xs + i];
+      const float s = dw * xb.d;
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8(w, load256(xb.qs))), _mm256_set1_ps(s), acc[t]);
+      corr[t] += s * static_cast<float>((xb.sum16[0] + xb.sum16[1]));
+    }
+  }
+  for (int t = 0; t < NT; ++t) out[t * os] = hsum_ps(acc[t]) - 8.0f * corr[t];
+}
+
+// Q4_K: per 32-element sub-block j, w = d * sc_j * q - dmin * m_j with q in 0..15.
+template <int NT>
+void q4_k_q8a(const void* row, const BlockQ8A* x, size_t xs, size_t n, float* out, size_t os) {
+  const auto* b = static_cast<const BlockQ4_K*>(row);
+  const __m256i m4 = _mm256_set1_epi8(0xF);
+  __m256 acc[NT];
+  float corr[NT] = {};
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  for (size_t i = 0; i < n / kQK_K; ++i) {
+    const float d = _cvtsh_ss(b[i].d), dmin = _cvtsh_ss(b[i].dmin);
+    for (int pair = 0; pair < 4; ++pair) {
+      uint8_t sc1, m1, sc2, m2;
+      q4_k_scale_min(2 * pair, b[i].scales, sc1, m1);
+      q4_k_scale_min(2 * pair + 1, b[i].scales, sc2, m2);
+      const __m256i q = load256(b[i].qs + 32 * pair);
+      const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+      const size_t blk = i * 8 + 2 * pair;
+      for (int t = 0; t < NT; ++t) {
+        const BlockQ8A& x0 = x[t * xs + blk];
+        const BlockQ8A& x1 = x[t * xs + blk + 1];
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8(lo, load256(x0.qs))), _mm256_set1_ps(d * sc1 * x0.d), acc[t]);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8(hi, load256(x1.qs))), _mm256_set1_ps(d * sc2 * x1.d), acc[t]);
+        corr[t] += dmin * (m1 * x0.d * static_cast<float>((x0.sum16[0] + x0.sum16[1])) + m2 * x1.d * static_cast<float>((x1.sum16[0] + x1.sum16[1])));
+      }
+    }
+  }
+  for (int t = 0; t < NT; ++t) out[t * os] = hsum_ps(acc[t]) - corr[t];
+}
+
+// Q6_K: per 16-element sub-block, w = d * sc * (q - 32) with q in 0..63. Each 32-element activation block
+// spans two sub-blocks: lanes 0..3 of the int32 products hold the first 16, lanes 4..7 the second.
+template <int NT>
+void q6_k_q8a(const void* row, const BlockQ8A* x, size_t xs, size_t n, float* out, size_t os) {
+  const auto* b = static_cast<const BlockQ6_K*>(row);
+  const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);
+  __m256 acc[NT];
+  float corr[NT] = {};
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  for (size_t i = 0; i < n / kQK_K; ++i) {
+    const float d = _cvtsh_ss(b[i].d);
+    for (int half = 0; half < 2; ++half) {
+      const uint8_t* ql = b[i].ql + 64 * half;
+      const int8_t* sc = b[i].scales + 8 * half;
+      const __m256i ql0 = load256(ql), ql1 = load256(ql + 32), qh = load256(b[i].qh + 32 * half);
+      const __m256i q[4] = {
+          _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4)),
+          _mm256_or_si256(_mm256_and_si256(ql1, m4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4)),
+      };
+      const size_t blk = i * 8 + 4 * half;
+      for (int k = 0; k < 4; ++k) {
+        const float s0 = d * sc[2 * k], s1 = d * sc[2 * k + 1];
+        for (int t = 0; t < NT; ++t) {
+          const BlockQ8A& xb = x[t * xs + blk + k];
+          const __m256 scale = _mm256_setr_m128(_mm_set1_ps(s0 * xb.d), _mm_set1_ps(s1 * xb.d));
+          acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8(q[k], load256(xb.qs))), scale, acc[t]);
+          corr[t] += 32.0f * xb.d * (s0 * xb.sum16[0] + s1 * xb.sum16[1]);
+        }
+      }
+    }
+  }
+  for (int t = 0; t < NT; ++t) out[t * os] = hsum_ps(acc[t]) - corr[t];
+}
+
+// Turns a kernel template into a DotQ8Fn that dispatches on the token count.
+#define KESTREL_DOT_Q8_DISPATCH(kernel)                                                                     \
+  [](const void* row, const BlockQ8A* x, size_t xs, int n_tok, size_t n, float* out, size_t os) {           \
+    switch (n_tok) {                                                                                        \
+      case 1: kernel<1>(row, x, xs, n, out, os); break;                                                     \
+      case 2: kernel<2>(row, x, xs, n, out, os); break;                                                     \
+      case 3: kernel<3>(row, x, xs, n, out, os); break;                                                     \
+      case 4: kernel<4>(row, x, xs, n, out, os); break;                                                     \
+      case 5: kernel<5>(row, x, xs, n, out, os); break;                                                     \
+      case 6: kernel<6>(row, x, xs, n, out, os); break;                                                     \
+      case 7: kernel<7>(row, x, xs, n, out, os); break;                                                     \
+      default: kernel<8>(row, x, xs, n, out, os); break;                                                    \
+    }                                                                                                       \
+  }
+
+DotQ8Fn dot_q8_table(DType type) {
+  switch (type) {
+    case DType::Q8_0: return KESTREL_DOT_Q8_DISPATCH(q8_0_q8a);
+    case DType::Q4_0: return KESTREL_DOT_Q8_DISPATCH(q4_0_q8a);
+    case DType::Q4_K: return KESTREL_DOT_Q8_DISPATCH(q4_k_q8a);
+    case DType::Q6_K: return KESTREL_DOT_Q8_DISPATCH(q6_k_q8a);
+    default: return nullptr;
+  }
+}
+
+}  // namespace
+}  // namespace kestrel

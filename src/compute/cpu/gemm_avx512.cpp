@@ -1,0 +1,89 @@
+// Integer GEMM on 16-row packed weights with AVX-512 VNNI: lanes are the 16 rows of a group, one
+// vpdpbusd multiplies them by 4 inputs of one token, and a 32-input block is scaled once per token.
+// Compiled with AVX-512 flags and only entered after run-time detection; internal linkage throughout.
+#include <immintrin.h>
+
+#include "compute/cpu/packed_matrix.h"
+
+namespace kestrel {
+namespace {
+
+constexpr int kTokens = 8;       // tokens per register tile
+constexpr int64_t kGroupChunk = 4;  // row groups whose weights stay in cache while token tiles pass
+constexpr size_t kPrefetchBlocks = 6;  // how far ahead weights are prefetched
+
+template <PackedLayout L, int T>
+void tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g) {
+  constexpr int kOffset = L == PackedLayout::Q4_0x16 ? 8 : 128;  // stored value minus this = quantized weight
+  const __m512i m4 = _mm512_set1_epi8(0xF);
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (size_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = w.data + (static_cast<size_t>(g) * static_cast<size_t>(w.n_blocks) + b) * w.block_bytes;
+    // Software prefetch a few blocks ahead: with several tokens per block the out-of-order window spans
+    // too few blocks to keep enough loads in flight while weights stream from memory.
+    if constexpr (T > 1)
+      for (size_t off = 0; off < w.block_bytes; off += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetchBlocks * w.block_bytes + off), _MM_HINT_T0);
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));  // [16] row scales
+    __m512i q[8];  // q[k] = inputs 4k..4k+3 of the 16 rows
+    if constexpr (L == PackedLayout::Q4_0x16) {
+      for (int k = 0; k < 4; ++k) {
+        const __m512i packed = _mm512_loadu_si512(blk + 32 + 64 * k);
+        q[k] = _mm512_and_si512(packed, m4);
+        q[k + 4] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), m4);
+      }
+    } else {
+      for (int k = 0; k < 8; ++k) q[k] = _mm512_loadu_si512(blk + 32 + 64 * k);
+    }
+    for (int t = 0; t < T; ++t) {
+      const BlockQ8A& xb = xq[static_cast<size_t>(t) * nb + b];
+      const auto* x4 = reinterpret_cast<const int32_t*>(xb.qs);
+      __m512i s0 = _mm512_set1_epi32(-kOffset * (xb.sum16[0] + xb.sum16[1])), s1 = _mm512_setzero_si512();
+      for (int k = 0; k < 8; k += 2) {
+        s0 = _mm512_dpbusd_epi32(s0, q[k], _mm512_set1_epi32(x4[k]));
+        s1 = _mm512_dpbusd_epi32(s1, q[k + 1], _mm512_set1_epi32(x4[k + 1]));
+      }
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_mul_ps(d, _mm512_set1_ps(xb.d)),
+                               acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16, acc[t]);
+}
+
+template <PackedLayout L>
+void gemm(PackedView w, const BlockQ8A* xq, int n_tok, float* y, size_t ys, int64_t group_begin,
+          int64_t group_end) {
+  const size_t nb = static_cast<size_t>(w.n_blocks);
+  for (int64_t g0 = group_begin; g0 < group_end; g0 += kGroupChunk) {
+    const int64_t g1 = group_end < g0 + kGroupChunk ? group_end : g0 + kGroupChunk;
+    for (int t0 = 0; t0 < n_tok; t0 += kTokens) {
+      const BlockQ8A* x = xq + static_cast<size_t>(t0) * nb;
+      float* yt = y + static_cast<size_t>(t0) * ys;
+      for (int64_t g = g0; g < g1; ++g) {
+        switch (n_tok - t0 < kTokens ? n_tok - t0 : kTokens) {
+          case 1: tile<L, 1>(w, x, nb, yt, ys, g); break;
+          case 2: tile<L, 2>(w, x, nb, yt, ys, g); break;
+          case 3: tile<L, 3>(w, x, nb, yt, ys, g); break;
+          case 4: tile<L, 4>(w, x, nb, yt, ys, g); break;
+          case 5: tile<L, 5>(w, x, nb, yt, ys, g); break;
+          case 6: tile<L, 6>(w, x, nb, yt, ys, g); break;
+          case 7: tile<L, 7>(w, x, nb, yt, ys, g); break;
+          default: tile<L, 8>(w, x, nb, yt, ys, g); break;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+PackedGemmFn packed_gemm_kernel_avx512(PackedLayout layout) {
+  switch (layout) {
+    case PackedLayout::Q4_0x16: return gemm<PackedLayout::Q4_0x16>;
+    case PackedLayout::Q8_0x16: return gemm<PackedLayout::Q8_0x16>;
+  }
+  return nullptr;
+}
+
+}  // namespace kestrel

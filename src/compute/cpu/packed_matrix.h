@@ -1,0 +1,68 @@
+// Weight matrices repacked for the integer GEMM kernels: rows in groups of 16, interleaved so one 64-byte
+// vector holds 4 consecutive inputs of each of the 16 rows. A kernel then multiplies 16 rows by one token
+// with one VNNI instruction per 4 inputs (lanes = rows), accumulates a 32-input block in int32, and
+// applies the per-row block scales once per block. The same layout serves decode (1 token), batched
+// decode and prefill. Bytes per weight equal the GGUF format's, so memory does not grow.
+//
+// Layout, per group of 16 rows and per 32-input block (groups outermost, blocks in input order):
+//   Q4_0x16: 16 fp16 scales [16], then 4 x 64 bytes: byte (g, row, j) holds q[4g+j] in its low nibble and
+//            q[4g+16+j] in its high nibble (q in 0..15, w = d * (q - 8)).              288 bytes
+//   Q8_0x16: 16 fp16 scales [16], then 8 x 64 bytes: byte (g, row, j) = q[4g+j] + 128 (w = d * q).  544 bytes
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "compute/cpu/isa.h"
+#include "compute/cpu/q8_activations.h"
+#include "compute/ops.h"
+
+namespace kestrel {
+
+enum class PackedLayout { Q4_0x16, Q8_0x16 };
+
+// Plain data a kernel needs (the ISA-specific files use only this, no inline library code, so nothing
+// compiled for a wider ISA can be shared with baseline code by the linker).
+struct PackedView {
+  const uint8_t* data;  // [n_groups][n_blocks][block_bytes]
+  int64_t n_blocks;
+  size_t block_bytes;
+};
+
+struct PackedMatrix {
+  static constexpr int kRows = 16;
+  PackedLayout layout = PackedLayout::Q4_0x16;
+  int64_t n_in = 0;
+  int64_t n_out = 0;
+  size_t block_bytes = 0;  // bytes per (16-row group, 32-input block)
+  std::shared_ptr<uint8_t[]> data;  // [n_out / 16][n_in / 32][block_bytes], 64-byte aligned
+
+  int64_t n_groups() const { return n_out / kRows; }
+  int64_t n_blocks() const { return n_in / 32; }
+  const uint8_t* block(int64_t group, int64_t b) const {
+    return data.get() + (static_cast<size_t>(group) * static_cast<size_t>(n_blocks()) + static_cast<size_t>(b)) * block_bytes;
+  }
+  size_t bytes() const { return static_cast<size_t>(n_groups() * n_blocks()) * block_bytes; }
+  PackedView view() const { return {data.get(), n_blocks(), block_bytes}; }
+
+  // Whether a matrix of this type and shape has a packed layout (n_out a multiple of 16).
+  static bool supports(DType type, int64_t n_in, int64_t n_out);
+  // A packed copy of w, or nullopt when !supports(...).
+  static std::optional<PackedMatrix> pack(const WeightMatrix& w);
+};
+
+// y[t, r] for rows in groups [group_begin, group_end) and tokens [0, n_tok): the integer GEMM against
+// 8-bit activation blocks xq [n_tok, n_in / 32]. y is [n_tok, y_stride].
+using PackedGemmFn = void (*)(PackedView w, const BlockQ8A* xq, int n_tok, float* y, size_t y_stride,
+                              int64_t group_begin, int64_t group_end);
+PackedGemmFn packed_gemm_kernel(PackedLayout layout, Isa isa);
+PackedGemmFn packed_gemm_kernel_avx2(PackedLayout layout);
+PackedGemmFn packed_gemm_kernel_avx512(PackedLayout layout);
+// Scalar reference over the same packed bytes.
+void packed_gemm_reference_q4_0(PackedView w, const BlockQ8A* xq, int n_tok, float* y, size_t y_stride,
+                                int64_t group_begin, int64_t group_end);
+void packed_gemm_reference_q8_0(PackedView w, const BlockQ8A* xq, int n_tok, float* y, size_t y_stride,
+                                int64_t group_begin, int64_t group_end);
+
+}  // namespace kestrel

@@ -1,0 +1,21 @@
+// Activations quantized once per matmul to 8-bit blocks, so weight rows of the quantized types can be
+// dotted with integer instructions (VNNI dpbusd, or AVX2 maddubs). One block covers 32 consecutive inputs:
+// x[i] ~= d * qs[i], with the sums of each 16-element half kept for the weight formats' offset terms.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace kestrel {
+
+struct BlockQ8A {
+  float d;            // scale
+  int16_t sum16[2];   // sum of qs[0..15] and of qs[16..31]
+  int8_t qs[32];
+  int32_t sum() const { return sum16[0] + sum16[1]; }
+};
+static_assert(sizeof(BlockQ8A) == 40);
+
+// out[n / 32] <- x[n]; n a multiple of 32. Round to nearest (ties to even), d = max|x| / 127.
+void quantize_activations_q8a(const float* x, BlockQ8A* out, size_t n);
+
+}  // namespace kestrel

@@ -1,0 +1,54 @@
+#include "model/packed_weights.h"
+
+#include <atomic>
+#include <thread>
+
+namespace kestrel {
+
+std::vector<const TensorView*> PackedWeights::build(const ModelWeights& weights, int n_threads) {
+  std::vector<const TensorView*> matrices{weights.output};
+  for (const LayerWeights& L : weights.layers)
+    for (const TensorView* t : {L.wq, L.wk, L.wv, L.wo, L.wq_a, L.wq_b, L.wkv_a, L.ffn_gate, L.ffn_up, L.ffn_down,
+                                L.ffn_gate_exps, L.ffn_up_exps, L.ffn_down_exps, L.ffn_gate_shexp, L.ffn_up_shexp,
+                                L.ffn_down_shexp})
+      if (t) matrices.push_back(t);
+  // One job per (tensor, expert); jobs are claimed from an atomic counter.
+  struct Job {
+    const TensorView* tensor;
+    int64_t expert;
+  };
+  std::vector<Job> jobs;
+  for (const TensorView* t : matrices) {
+    if (packed_.count(t) || !PackedMatrix::supports(t->type, t->ne[0], t->ne[1])) continue;
+    packed_[t].resize(static_cast<size_t>(t->ne[2]));
+    for (int64_t e = 0; e < t->ne[2]; ++e) jobs.push_back({t, e});
+  }
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> workers;
+  for (int i = 0; i < std::max(1, n_threads); ++i)
+    workers.emplace_back([&] {
+      for (size_t j; (j = next.fetch_add(1)) < jobs.size();)
+        packed_[jobs[j].tensor][static_cast<size_t>(jobs[j].expert)] =
+            *PackedMatrix::pack(WeightMatrix::from(*jobs[j].tensor, jobs[j].expert));
+    });
+  for (auto& w : workers) w.join();
+  std::vector<const TensorView*> done;
+  for (const auto& [t, _] : packed_) done.push_back(t);
+  return done;
+}
+
+WeightMatrix PackedWeights::matrix(const TensorView& t, int64_t expert) const {
+  WeightMatrix m = WeightMatrix::from(t, expert);
+  const auto it = packed_.find(&t);
+  if (it != packed_.end()) m.packed = &it->second[static_cast<size_t>(expert)];
+  return m;
+}
+
+size_t PackedWeights::packed_bytes() const {
+  size_t total = 0;
+  for (const auto& [_, list] : packed_)
+    for (const PackedMatrix& p : list) total += p.bytes();
+  return total;
+}
+
+}  // namespace kestrel

@@ -1,0 +1,26 @@
+// Repacked copies of a model's weight matrices for the integer GEMM kernels, built once at load time,
+// and the lookup that layers use to get a matrix (packed when a copy exists, the file's bytes otherwise).
+#pragma once
+#include <unordered_map>
+#include <vector>
+
+#include "compute/cpu/packed_matrix.h"
+#include "model/weights.h"
+
+namespace kestrel {
+
+class PackedWeights {
+ public:
+  // Packs every matrix of a packable type (all experts of 3-D ones) using n_threads threads.
+  // Returns the tensors that were packed, so the caller may release their file pages.
+  std::vector<const TensorView*> build(const ModelWeights& weights, int n_threads);
+
+  // The matrix for tensor t (expert e of a 3-D tensor), with its packed copy attached when there is one.
+  WeightMatrix matrix(const TensorView& t, int64_t expert = 0) const;
+  size_t packed_bytes() const;
+
+ private:
+  std::unordered_map<const TensorView*, std::vector<PackedMatrix>> packed_;  // tensor -> one per expert
+};
+
+}  // namespace kestrel
