@@ -161,24 +161,40 @@ TEST(Kernels, MatmulMatchesReference) {
   }
 }
 
+// Attention over scattered pages of two sequences, for each page layout the cache uses: transposed K pages
+// of 16 or 32 tokens (the page kernel; F32 and F16 elements) and 4-token pages (the generic path).
 TEST(Kernels, PagedAttentionMatchesFullSoftmax) {
   ThreadPool pool(2);
-  const int n_heads = 8, n_kv = 2, hd = 32, bs = 4, n_blocks = 12;
-  std::vector<float> k = random_vector(static_cast<size_t>(n_blocks) * n_kv * bs * hd, 21);
-  std::vector<float> v = random_vector(k.size(), 22);
-  KvLayerView kv{k.data(), v.data(), bs, n_kv, hd, hd, hd};
-  // Two sequences with scattered, non-contiguous pages, attending at different positions.
-  const std::vector<int32_t> table_a = {7, 2, 9, 0, 5}, table_b = {1, 11, 3};
-  const std::vector<int32_t> positions = {0, 5, 17, 19, 3, 10};
-  const std::vector<const int32_t*> tables = {table_a.data(), table_a.data(), table_a.data(), table_a.data(),
-                                              table_b.data(), table_b.data()};
-  const AttentionRows rows{positions, tables};
-  const int n_tok = static_cast<int>(positions.size());
-  const auto q = random_vector(static_cast<size_t>(n_tok) * n_heads * hd, 23);
-  std::vector<float> got(q.size()), want(q.size());
-  ops::attention_paged(pool, q.data(), kv, rows, got.data(), n_tok, n_heads, 0.2f);
-  ref::attention(q.data(), kv, rows, want.data(), n_tok, n_heads, 0.2f);
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << i;
+  const int n_heads = 8, n_kv = 2, hd = 64, n_blocks = 12;
+  for (const auto& [bs, type] : std::vector<std::pair<int, KvType>>{
+           {16, KvType::F32}, {16, KvType::F16}, {32, KvType::F16}, {4, KvType::F32}}) {
+    SCOPED_TRACE("block_size " + std::to_string(bs) + (type == KvType::F16 ? " f16" : " f32"));
+    const size_t elems = static_cast<size_t>(n_blocks) * n_kv * bs * hd, bytes = elems * (type == KvType::F16 ? 2 : 4);
+    std::vector<uint8_t> k(bytes), v(bytes);
+    KvLayerView kv{k.data(), v.data(), type, true, bs, n_kv, hd, hd, hd};
+    const auto kvals = random_vector(elems, 21), vvals = random_vector(elems, 22);
+    for (int32_t blk = 0; blk < n_blocks; ++blk)
+      for (int h = 0; h < n_kv; ++h)
+        for (int o = 0; o < bs; ++o)
+          for (int d = 0; d < hd; ++d) {
+            const size_t i = ((static_cast<size_t>(blk) * n_kv + h) * bs + o) * hd + d;
+            kv.set_k(blk, h, o, d, kvals[i]);
+            kv.set_v(blk, h, o, d, vvals[i]);
+          }
+    const std::vector<int32_t> table_a = {7, 2, 9, 0, 5, 1, 3, 4, 6, 8, 10, 11}, table_b = {1, 11, 3};
+    std::vector<int32_t> positions = {0, 5, 17, 19, 3, 10};
+    if (bs >= 16) positions.push_back(bs * 12 - 1);  // the whole of sequence a
+    std::vector<const int32_t*> tables = {table_a.data(), table_a.data(), table_a.data(), table_a.data(),
+                                          table_b.data(), table_b.data()};
+    if (bs >= 16) tables.push_back(table_a.data());
+    const AttentionRows rows{positions, tables};
+    const int n_tok = static_cast<int>(positions.size());
+    const auto q = random_vector(static_cast<size_t>(n_tok) * n_heads * hd, 23, 0.3f);
+    std::vector<float> got(q.size()), want(q.size());
+    ops::attention_paged(pool, q.data(), kv, rows, got.data(), n_tok, n_heads, 0.125f);
+    ref::attention(q.data(), kv, rows, want.data(), n_tok, n_heads, 0.125f);
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 2e-5) << i;
+  }
 }
 
 TEST(Kernels, LatentAttentionWithValueInsideKeyRows) {
@@ -186,7 +202,7 @@ TEST(Kernels, LatentAttentionWithValueInsideKeyRows) {
   ThreadPool pool(2);
   const int n_heads = 4, k_dim = 80, v_dim = 64, bs = 16, n_blocks = 3;
   std::vector<float> k = random_vector(static_cast<size_t>(n_blocks) * bs * k_dim, 31);
-  KvLayerView kv{k.data(), k.data(), bs, 1, k_dim, v_dim, k_dim};
+  KvLayerView kv{k.data(), k.data(), KvType::F32, false, bs, 1, k_dim, v_dim, k_dim};
   const std::vector<int32_t> table = {2, 0, 1};
   const std::vector<int32_t> positions = {0, 15, 16, 40};
   const std::vector<const int32_t*> tables(positions.size(), table.data());

@@ -112,6 +112,7 @@ TEST(ReferenceLogits, EveryManifestCase) {
 
     GeneratorConfig config;
     config.n_ctx = n;
+    config.kv_type = KvType::F32;  // as the reference was computed
     Generator prefill(*model.value(), pool, config);
     auto all = prefill.eval(ref.tokens, true);
     ASSERT_TRUE(all.ok()) << all.error();

@@ -27,17 +27,18 @@ struct BenchArgs {
   int block_size = 16;
   int ubatch = 512;
   std::string output = "md";
+  KvType kv_type = KvType::F16;
   bool measure_bandwidth = true;
 };
 
 // Several sequences sharing one KV page pool; each step runs one forward over all of them.
 class BenchSequences {
  public:
-  BenchSequences(const Model& model, int n_seqs, int n_ctx, int block_size)
+  BenchSequences(const Model& model, int n_seqs, int n_ctx, int block_size, KvType kv_type)
       : model_(model),
         block_size_(block_size),
         pool_(n_seqs * ((n_ctx + block_size - 1) / block_size)),
-        kv_(model.kv_spec(pool_.n_blocks(), block_size)),
+        kv_(model.kv_spec(pool_.n_blocks(), block_size, kv_type)),
         tables_(static_cast<size_t>(n_seqs)),
         n_past_(static_cast<size_t>(n_seqs), 0) {}
 
@@ -153,7 +154,7 @@ int run_bench(BenchArgs& a) {
     for (Row& row : rows) {
       for (int rep = 0; rep <= a.repetitions; ++rep) {  // rep 0 warms up
         const int n_ctx = row.depth + std::max(row.n_prompt, row.n_gen) + 1;
-        BenchSequences seqs(*model, row.n_seqs, n_ctx, a.block_size);
+        BenchSequences seqs(*model, row.n_seqs, n_ctx, a.block_size, a.kv_type);
         if (row.depth > 0) {
           std::vector<std::vector<int32_t>> fill;
           for (int s = 0; s < row.n_seqs; ++s) fill.push_back(random_tokens(rng, row.depth, hp.n_vocab));
@@ -217,6 +218,7 @@ void add_bench(CLI::App& app, Action& run) {
   cmd->add_option("-b,--batch-size", a->ubatch, "Tokens per forward during prefill")->check(CLI::Range(1, 8192));
   cmd->add_option("-o,--output", a->output, "Output format: md or json")->check(CLI::IsMember({"md", "json"}));
   cmd->add_flag("!--no-bandwidth", a->measure_bandwidth, "Skip the memory-bandwidth measurement");
+  add_cache_type_options(cmd, a->kv_type);
   cmd->callback([&run, a] { run = [a] { return run_bench(*a); }; });
 }
 

@@ -22,6 +22,7 @@ struct GenerateArgs {
   bool ignore_eos = false;
   bool no_display_prompt = false;
   SamplingParams sampling;
+  KvType kv_type = KvType::F16;
 };
 
 int run_generate(GenerateArgs& a) {
@@ -51,6 +52,7 @@ int run_generate(GenerateArgs& a) {
   config.n_ctx = a.ctx > 0 ? a.ctx : std::min(model->hparams().n_ctx_train, 4096);
   config.block_size = a.block_size;
   config.n_ubatch = a.ubatch;
+  config.kv_type = a.kv_type;
   ThreadPool pool(a.threads);
   Generator generator(*model, pool, config);
   Sampler sampler(a.sampling);
@@ -112,6 +114,7 @@ void add_generate(CLI::App& app, Action& run) {
   cmd->add_option("--frequency-penalty", args->sampling.frequency_penalty, "Frequency penalty");
   cmd->add_option("-s,--seed", args->seed, "Random seed (-1: random)");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "Keep generating past end-of-sequence tokens");
+  add_cache_type_options(cmd, args->kv_type);
   cmd->add_flag("--no-display-prompt", args->no_display_prompt, "Do not echo the prompt");
   cmd->callback([&run, args] { run = [args] { return run_generate(*args); }; });
 }

@@ -74,6 +74,7 @@ struct LogitsArgs {
   std::string model, prompt, prompt_file, output;
   int threads = default_threads();
   bool one_by_one = false;
+  KvType kv_type = KvType::F32;
 };
 
 int run_logits(LogitsArgs& a) {
@@ -94,6 +95,7 @@ int run_logits(LogitsArgs& a) {
   ThreadPool pool(a.threads);
   GeneratorConfig config;
   config.n_ctx = n;
+  config.kv_type = a.kv_type;
   Generator generator(*model, pool, config);
   std::vector<float> logits;  // [n_tokens, n_vocab]
   if (a.one_by_one) {
@@ -162,6 +164,9 @@ void add_logits(CLI::App& app, Action& run) {
                                             "float32 logits[n_tokens][n_vocab]")->required();
   cmd->add_option("-t,--threads", a->threads, "Threads")->check(CLI::Range(1, 1024));
   cmd->add_flag("--one-by-one", a->one_by_one, "Feed the tokens one at a time through the KV cache");
+  cmd->add_option("--cache-type-k", a->kv_type, "KV cache element type: f32 (default here) or f16")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, KvType>{{"f16", KvType::F16}, {"f32", KvType::F32}},
+                                          CLI::ignore_case));
   cmd->callback([&run, a] { run = [a] { return run_logits(*a); }; });
 }
 

@@ -4,12 +4,22 @@
 
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
 
 #include "core/timer.h"
 
 namespace kestrel::cli {
+
+void add_cache_type_options(CLI::App* cmd, KvType& type) {
+  static const std::map<std::string, KvType> kTypes{{"f16", KvType::F16}, {"f32", KvType::F32}};
+  auto* k = cmd->add_option("--cache-type-k", type, "KV cache element type: f16 (default) or f32")
+                ->transform(CLI::CheckedTransformer(kTypes, CLI::ignore_case));
+  cmd->add_option("--cache-type-v", type, "Must equal --cache-type-k (K and V share one element type)")
+      ->transform(CLI::CheckedTransformer(kTypes, CLI::ignore_case))
+      ->excludes(k);
+}
 
 int default_threads() { return std::max(1, static_cast<int>(std::thread::hardware_concurrency())); }
 

@@ -19,6 +19,8 @@ void add_make_model(CLI::App& app, Action& run);
 void add_bench(CLI::App& app, Action& run);
 
 int default_threads();
+// --cache-type-k / --cache-type-v (f16 or f32; K and V share one type), llama.cpp's long names.
+void add_cache_type_options(CLI::App* cmd, KvType& type);
 // Loads a model, drawing a progress bar on stderr when it is a terminal; prints the error and returns null.
 std::unique_ptr<Model> load_model(const std::string& path, bool quiet = false);
 // A progress callback that draws "label [#####     ] 42%" on a terminal, and nothing otherwise.

@@ -33,27 +33,50 @@ enum class RopeStyle {
   NeoX,         // rotates pairs (x[i], x[i + n_rot/2]) — Qwen, GPT-NeoX
 };
 
-// Paged K/V of one layer: K is [n_blocks, n_kv_heads, block_size, k_dim] floats and V is
-// [n_blocks, n_kv_heads, block_size, v_stride] of which the first v_dim are used. With latent attention
-// (MLA) V is the first v_dim floats of each K row: v == k and v_stride == k_dim.
+// Element type of the KV cache pages.
+enum class KvType { F32, F16 };
+
+// Paged K/V of one layer. Per page (block) and KV head:
+//   K, row layout:        [block_size, k_dim]   (token rows)
+//   K, transposed layout: [k_dim, block_size]   (one row per dimension: the keys of a page side by side,
+//                                                 so attention scores a page with one vector op per dim)
+//   V:                    [block_size, v_stride] of which the first v_dim are used.
+// With latent attention (MLA) V is the first v_dim elements of each K row: v == k, v_stride == k_dim, and K
+// uses the row layout. Elements are `type` (float or fp16 bits).
 struct KvLayerView {
-  float* k = nullptr;
-  float* v = nullptr;
+  void* k = nullptr;
+  void* v = nullptr;
+  KvType type = KvType::F32;
+  bool k_transposed = false;
   int block_size = 16;
   int n_kv_heads = 0;
   int k_dim = 0;
   int v_dim = 0;
   int v_stride = 0;
-  // Start of the k_dim floats of (block, kv_head, offset within block).
-  size_t k_index(int32_t block, int kv_head, int offset) const { return index(block, kv_head, offset, k_dim); }
-  size_t v_index(int32_t block, int kv_head, int offset) const { return index(block, kv_head, offset, v_stride); }
+
   bool v_in_k() const { return v == k; }
+  size_t element_bytes() const { return type == KvType::F32 ? 4 : 2; }
+  // Element offsets of the page of (block, kv_head) and of one element inside it.
+  size_t k_page(int32_t block, int kv_head) const { return page(block, kv_head) * static_cast<size_t>(k_dim); }
+  size_t v_page(int32_t block, int kv_head) const { return page(block, kv_head) * static_cast<size_t>(v_stride); }
+  size_t k_element(int32_t block, int kv_head, int offset, int dim) const {
+    return k_page(block, kv_head) + (k_transposed ? static_cast<size_t>(dim) * block_size + offset
+                                                  : static_cast<size_t>(offset) * k_dim + dim);
+  }
+  size_t v_element(int32_t block, int kv_head, int offset, int dim) const {
+    return v_page(block, kv_head) + static_cast<size_t>(offset) * v_stride + dim;
+  }
+  float k_at(int32_t block, int kv_head, int offset, int dim) const { return load(k, k_element(block, kv_head, offset, dim)); }
+  float v_at(int32_t block, int kv_head, int offset, int dim) const { return load(v, v_element(block, kv_head, offset, dim)); }
+  void set_k(int32_t block, int kv_head, int offset, int dim, float x) const { store(k, k_element(block, kv_head, offset, dim), x); }
+  void set_v(int32_t block, int kv_head, int offset, int dim, float x) const { store(v, v_element(block, kv_head, offset, dim), x); }
 
  private:
-  size_t index(int32_t block, int kv_head, int offset, int row) const {
-    return (static_cast<size_t>(block) * n_kv_heads * block_size + static_cast<size_t>(kv_head) * block_size + offset) *
-           static_cast<size_t>(row);
+  size_t page(int32_t block, int kv_head) const {
+    return (static_cast<size_t>(block) * n_kv_heads + static_cast<size_t>(kv_head)) * static_cast<size_t>(block_size);
   }
+  float load(const void* base, size_t i) const;
+  void store(void* base, size_t i, float x) const;
 };
 
 // What attention needs per query token: its position and its sequence's block table.

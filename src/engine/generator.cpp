@@ -14,7 +14,7 @@ Generator::Generator(const Model& model, ThreadPool& pool, const GeneratorConfig
       pool_(pool),
       config_(config),
       pool_blocks_(blocks_for(config.n_ctx, config.block_size)),
-      kv_(model.kv_spec(blocks_for(config.n_ctx, config.block_size), config.block_size)) {}
+      kv_(model.kv_spec(blocks_for(config.n_ctx, config.block_size), config.block_size, config.kv_type)) {}
 
 void Generator::reset() {
   table_.release_all(pool_blocks_);

@@ -1,6 +1,6 @@
-// Page memory for every layer. Per layer, K is [n_blocks, n_kv_heads, block_size, k_dim] floats and V is
-// [n_blocks, n_kv_heads, block_size, v_dim] — or, for latent attention (MLA), V is not stored separately:
-// each token caches one latent row of k_dim floats whose first v_dim floats serve as its value.
+// Page memory for every layer. Per layer and page, K and V of each KV head as KvLayerView describes
+// (elements F32 or F16; K pages transposed for standard attention). For latent attention (MLA) V is not
+// stored separately: each token caches one latent row of k_dim elements whose first v_dim serve as its value.
 // Block ids come from a BlockPool of the same n_blocks; this class only owns the bytes.
 #pragma once
 #include <cstdint>
@@ -13,17 +13,19 @@ namespace kestrel {
 struct KvCacheSpec {
   int n_layers = 0;
   int n_kv_heads = 0;
-  int k_dim = 0;        // floats per token per KV head for keys (MLA: kv_lora_rank + rope dims)
-  int v_dim = 0;        // floats per token per KV head for values (MLA: kv_lora_rank)
-  bool v_in_k = false;  // MLA: values are the first v_dim floats of the key row
+  int k_dim = 0;        // elements per token per KV head for keys (MLA: kv_lora_rank + rope dims)
+  int v_dim = 0;        // elements per token per KV head for values (MLA: kv_lora_rank)
+  bool v_in_k = false;  // MLA: values are the first v_dim elements of the key row
+  KvType type = KvType::F32;
   int block_size = 16;
   int32_t n_blocks = 0;
 
-  size_t floats_per_layer_k() const { return static_cast<size_t>(n_blocks) * n_kv_heads * block_size * k_dim; }
-  size_t floats_per_layer_v() const {
+  size_t elements_per_layer_k() const { return static_cast<size_t>(n_blocks) * n_kv_heads * block_size * k_dim; }
+  size_t elements_per_layer_v() const {
     return v_in_k ? 0 : static_cast<size_t>(n_blocks) * n_kv_heads * block_size * v_dim;
   }
-  size_t bytes() const { return n_layers * (floats_per_layer_k() + floats_per_layer_v()) * sizeof(float); }
+  size_t element_bytes() const { return type == KvType::F32 ? 4 : 2; }
+  size_t bytes() const { return n_layers * (elements_per_layer_k() + elements_per_layer_v()) * element_bytes(); }
 };
 
 class KvStorage {
@@ -34,8 +36,8 @@ class KvStorage {
 
  private:
   KvCacheSpec spec_;
-  std::vector<float> k_;  // [n_layers, n_blocks, n_kv_heads, block_size, k_dim]
-  std::vector<float> v_;  // [n_layers, n_blocks, n_kv_heads, block_size, v_dim]; empty when v_in_k
+  std::vector<uint8_t> k_;  // [n_layers][n_blocks][n_kv_heads][page of K]
+  std::vector<uint8_t> v_;  // [n_layers][n_blocks][n_kv_heads][block_size][v_dim]; empty when v_in_k
 };
 
 }  // namespace kestrel

@@ -79,8 +79,9 @@ size_t Model::weight_bytes_per_token() const {
   return total + weights_.token_embd->row_bytes();
 }
 
-KvCacheSpec Model::kv_spec(int32_t n_blocks, int block_size) const {
+KvCacheSpec Model::kv_spec(int32_t n_blocks, int block_size, KvType type) const {
   KvCacheSpec spec;
+  spec.type = type;
   spec.n_layers = hparams_.n_layers;
   if (arch_->latent_attention) {  // one latent row per token: [kv_lora_rank | rope key], value = the latent
     spec.n_kv_heads = 1;

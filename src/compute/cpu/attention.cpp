@@ -1,58 +1,115 @@
-// Paged causal attention with an online (streaming) softmax: for each (query token, head), walk the
-// sequence's key blocks through its block table, score one block of keys, and fold it into a running
-// max, running denominator and running weighted sum of values.
+// Paged causal attention. The fast path (transposed K pages whose size is a multiple of 16, head widths
+// up to 256) runs the per-ISA page kernel of attention_impl.h over (token, KV head) items. Other layouts
+// (latent attention's shared rows, odd page sizes) take the generic path below: an online softmax over one
+// key at a time, reading elements through the view.
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
-#include "compute/cpu/dot.h"
+#include "compute/cpu/isa.h"
 #include "compute/ops.h"
+#include "core/fp16.h"
 
-namespace kestrel::ops {
+namespace kestrel {
+namespace {
+// One lane: the portable build of the page kernel.
+struct Scalar {
+  using type = float;
+  static constexpr int W = 1;
+  static constexpr int kMaxGroup = 8;
+  static type zero() { return 0.0f; }
+  static type set1(float x) { return x; }
+  static type load(const float* p) { return *p; }
+  static type load(const uint16_t* p) { return fp16_to_fp32(*p); }
+  static void store(float* p, type v) { *p = v; }
+  static type add(type a, type b) { return a + b; }
+  static type sub(type a, type b) { return a - b; }
+  static type mul(type a, type b) { return a * b; }
+  static type fma(type a, type b, type c) { return a * b + c; }
+  static type max(type a, type b) { return a > b ? a : b; }
+  static float reduce_max(type v) { return v; }
+  static float reduce_add(type v) { return v; }
+  static type exp(type x);
+};
+}  // namespace
+}  // namespace kestrel
 
-void attention_paged(ThreadPool& pool, const float* q, const KvLayerView& kv, const AttentionRows& rows,
-                     float* out, int n_tok, int n_heads, float scale) {
-  const int k_dim = kv.k_dim, v_dim = kv.v_dim, bs = kv.block_size;
-  const int group = n_heads / kv.n_kv_heads;  // query heads per KV head
-  const DotFn dot = dot_kernel(DType::F32);
+#include "compute/cpu/attention_impl.h"
+
+namespace kestrel {
+
+namespace {
+Scalar::type Scalar::exp(type x) { return attend_exp_scalar(x); }
+}  // namespace
+
+AttendFn attend_kernel_baseline(bool f16) { return f16 ? attend<Scalar, uint16_t> : attend<Scalar, float>; }
+
+#if !defined(KESTREL_HAVE_X86_KERNELS)
+AttendFn attend_kernel_avx2(bool) { return nullptr; }
+AttendFn attend_kernel_avx512(bool) { return nullptr; }
+#endif
+
+namespace {
+
+AttendFn attend_kernel(bool f16) {
+  const Isa isa = detected_isa();
+  AttendFn fn = nullptr;
+  if (isa >= Isa::Avx512) fn = attend_kernel_avx512(f16);
+  if (!fn && isa >= Isa::Avx2) fn = attend_kernel_avx2(f16);
+  return fn ? fn : attend_kernel_baseline(f16);
+}
+
+// Generic path: one (token, query head) at a time, key by key.
+void attention_generic(ThreadPool& pool, const float* q, const KvLayerView& kv, const AttentionRows& rows, float* out,
+                       int n_tok, int n_heads, float scale) {
+  const int group = n_heads / kv.n_kv_heads;
   pool.parallel_for(static_cast<size_t>(n_tok) * n_heads, 1, [&](size_t begin, size_t end, int) {
-    std::vector<float> scores(static_cast<size_t>(bs));  // [block_size] scores of one key block
-    std::vector<float> acc(static_cast<size_t>(v_dim));  // [v_dim] running sum of weighted values
+    std::vector<float> acc(static_cast<size_t>(kv.v_dim));  // [v_dim]
     for (size_t item = begin; item < end; ++item) {
-      const int t = static_cast<int>(item / n_heads), h = static_cast<int>(item % n_heads);
-      const int kv_head = h / group;
-      const float* qh = q + item * k_dim;
-      const int32_t n_keys = rows.positions[t] + 1;
-      const int32_t* table = rows.block_tables[t];
+      const int t = static_cast<int>(item / n_heads), h = static_cast<int>(item % n_heads), kvh = h / group;
+      const float* qh = q + item * kv.k_dim;
       float running_max = -INFINITY, denom = 0;
       std::fill(acc.begin(), acc.end(), 0.f);
-      for (int32_t start = 0; start < n_keys; start += bs) {
-        const int n = std::min(bs, n_keys - start);
-        const int32_t block = table[start / bs];
-        const float* kb = kv.k + kv.k_index(block, kv_head, 0);  // [block_size, k_dim]
-        const float* vb = kv.v + kv.v_index(block, kv_head, 0);  // [block_size, v_stride]
-        float block_max = -INFINITY;
-        for (int j = 0; j < n; ++j) {
-          scores[j] = dot(kb + static_cast<size_t>(j) * k_dim, qh, static_cast<size_t>(k_dim)) * scale;
-          block_max = std::max(block_max, scores[j]);
-        }
-        const float new_max = std::max(running_max, block_max);
-        const float correction = std::exp(running_max - new_max);  // 0 on the first block
-        denom *= correction;
-        for (int d = 0; d < v_dim; ++d) acc[d] *= correction;
-        for (int j = 0; j < n; ++j) {
-          const float p = std::exp(scores[j] - new_max);
-          denom += p;
-          const float* vj = vb + static_cast<size_t>(j) * kv.v_stride;
-          for (int d = 0; d < v_dim; ++d) acc[d] += p * vj[d];
-        }
+      for (int32_t p = 0; p <= rows.positions[t]; ++p) {
+        const int32_t block = rows.block_tables[t][p / kv.block_size];
+        const int offset = p % kv.block_size;
+        float s = 0;
+        for (int d = 0; d < kv.k_dim; ++d) s += qh[d] * kv.k_at(block, kvh, offset, d);
+        s *= scale;
+        const float new_max = std::max(running_max, s);
+        const float correction = std::exp(running_max - new_max), weight = std::exp(s - new_max);
+        denom = denom * correction + weight;
+        for (int d = 0; d < kv.v_dim; ++d) acc[d] = acc[d] * correction + weight * kv.v_at(block, kvh, offset, d);
         running_max = new_max;
       }
-      float* o = out + item * v_dim;
-      const float inv = 1.0f / denom;
-      for (int d = 0; d < v_dim; ++d) o[d] = acc[d] * inv;
+      float* o = out + item * kv.v_dim;
+      for (int d = 0; d < kv.v_dim; ++d) o[d] = acc[d] / denom;
     }
   });
 }
 
-}  // namespace kestrel::ops
+}  // namespace
+
+namespace ops {
+
+void attention_paged(ThreadPool& pool, const float* q, const KvLayerView& kv, const AttentionRows& rows,
+                     float* out, int n_tok, int n_heads, float scale) {
+  const bool fast = kv.k_transposed && !kv.v_in_k() && kv.block_size % kAttendTile == 0 &&
+                    kv.k_dim <= kAttendMaxDim && kv.v_dim <= kAttendMaxDim && kv.v_dim % kAttendTile == 0;
+  if (!fast) return attention_generic(pool, q, kv, rows, out, n_tok, n_heads, scale);
+  const AttendFn attend_fn = attend_kernel(kv.type == KvType::F16);
+  const int group = n_heads / kv.n_kv_heads;
+  pool.parallel_for(static_cast<size_t>(n_tok) * kv.n_kv_heads, 1, [&](size_t begin, size_t end, int) {
+    for (size_t item = begin; item < end; ++item) {
+      const int t = static_cast<int>(item / kv.n_kv_heads), h = static_cast<int>(item % kv.n_kv_heads);
+      const size_t first_head = static_cast<size_t>(t) * n_heads + static_cast<size_t>(h) * group;
+      const AttendArgs args{q + first_head * kv.k_dim, group, kv.k_dim, kv.v_dim, kv.k, kv.v, kv.v_stride,
+                            kv.block_size, kv.n_kv_heads, h, rows.block_tables[t], rows.positions[t] + 1, scale,
+                            out + first_head * kv.v_dim};
+      attend_fn(args);
+    }
+  });
+}
+
+}  // namespace ops
+}  // namespace kestrel

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "compute/ops.h"
+#include "core/fp16.h"
 
 namespace kestrel {
 
@@ -14,6 +15,17 @@ WeightMatrix WeightMatrix::from(const TensorView& t, int64_t expert) {
   w.row_bytes = t.row_bytes();
   w.data = t.data + static_cast<size_t>(expert) * static_cast<size_t>(w.n_out) * w.row_bytes;
   return w;
+}
+
+float KvLayerView::load(const void* base, size_t i) const {
+  return type == KvType::F32 ? static_cast<const float*>(base)[i] : fp16_to_fp32(static_cast<const uint16_t*>(base)[i]);
+}
+
+void KvLayerView::store(void* base, size_t i, float x) const {
+  if (type == KvType::F32)
+    static_cast<float*>(base)[i] = x;
+  else
+    static_cast<uint16_t*>(base)[i] = fp32_to_fp16(x);
 }
 
 namespace ops {
@@ -76,11 +88,12 @@ void kv_store(const KvLayerView& kv, const AttentionRows& rows, const float* k, 
   for (int t = 0; t < n_tok; ++t) {
     const int32_t pos = rows.positions[t];
     const int32_t block = rows.block_tables[t][pos / kv.block_size];
+    const int offset = pos % kv.block_size;
     for (int h = 0; h < kv.n_kv_heads; ++h) {
       const size_t row = static_cast<size_t>(t) * kv.n_kv_heads + h;
-      std::memcpy(kv.k + kv.k_index(block, h, pos % kv.block_size), k + row * kv.k_dim, kv.k_dim * sizeof(float));
+      for (int d = 0; d < kv.k_dim; ++d) kv.set_k(block, h, offset, d, k[row * kv.k_dim + d]);
       if (!kv.v_in_k())
-        std::memcpy(kv.v + kv.v_index(block, h, pos % kv.block_size), v + row * kv.v_dim, kv.v_dim * sizeof(float));
+        for (int d = 0; d < kv.v_dim; ++d) kv.set_v(block, h, offset, d, v[row * kv.v_dim + d]);
     }
   }
 }

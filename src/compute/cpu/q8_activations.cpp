@@ -7,7 +7,10 @@ namespace kestrel {
 void quantize_activations_q8a(const float* x, BlockQ8A* out, size_t n) {
   for (size_t b = 0; b < n / 32; ++b, x += 32) {
     float amax = 0;
-    for (int i = 0; i < 32; ++i) amax = std::fmax(amax, std::fabs(x[i]));
+    for (int i = 0; i < 32; ++i) {
+      const float a = x[i] < 0 ? -x[i] : x[i];
+      amax = a > amax ? a : amax;
+    }
     const float d = amax / 127.f, id = d > 0 ? 127.f / amax : 0.f;
     BlockQ8A& o = out[b];
     o.d = d;

@@ -32,9 +32,8 @@ void attention(const float* q, const KvLayerView& kv, const AttentionRows& rows,
       double max = -INFINITY;
       for (int p = 0; p < n_keys; ++p) {
         const auto [block, offset] = slot(p);
-        const float* k = kv.k + kv.k_index(block, h / group, offset);
         double s = 0;
-        for (int d = 0; d < kv.k_dim; ++d) s += static_cast<double>(qh[d]) * k[d];
+        for (int d = 0; d < kv.k_dim; ++d) s += static_cast<double>(qh[d]) * kv.k_at(block, h / group, offset, d);
         scores[static_cast<size_t>(p)] = s * scale;
         max = std::max(max, scores[static_cast<size_t>(p)]);
       }
@@ -45,7 +44,7 @@ void attention(const float* q, const KvLayerView& kv, const AttentionRows& rows,
         double v = 0;
         for (int p = 0; p < n_keys; ++p) {
           const auto [block, offset] = slot(p);
-          v += scores[static_cast<size_t>(p)] * kv.v[kv.v_index(block, h / group, offset) + d];
+          v += scores[static_cast<size_t>(p)] * kv.v_at(block, h / group, offset, d);
         }
         o[d] = static_cast<float>(v / denom);
       }

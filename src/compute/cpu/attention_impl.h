@@ -1,0 +1,162 @@
+// Paged attention kernel for one (query token, KV head): the G query heads that share the KV head are
+// scored together against each 16-token page of transposed K (one vector op per dimension covers the
+// page's 16 keys), folded into an online softmax, and the page's V rows are accumulated for all G heads.
+// Written once over a small vector interface and compiled per ISA: included by attention.cpp (scalar),
+// attention_avx2.cpp and attention_avx512.cpp, each of which defines its vector type first (see
+// attend_chunk). Everything here has internal linkage and uses no library code, so ISA copies never mix.
+// Head widths must be multiples of the vector width (16 covers every model here).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace kestrel {
+
+// Plain data for one work item (see attention.cpp).
+struct AttendArgs {
+  const float* q;        // [G, d] query heads sharing this KV head
+  int G, d, dv;          // heads in the group, key and value widths
+  const void* k;         // layer K base: pages [block][kv_head][d][block_size]
+  const void* v;         // layer V base: pages [block][kv_head][block_size][v_stride]
+  int v_stride;
+  int block_size;        // a multiple of kAttendTile
+  int n_kv_heads, kv_head;
+  const int32_t* table;  // the sequence's block table
+  int n_keys;            // attend to positions [0, n_keys)
+  float scale;
+  float* out;            // [G, dv]
+};
+constexpr int kAttendTile = 16;    // keys scored together (page sizes must be a multiple)
+constexpr int kAttendPrefetchTiles = 4;  // how far ahead pages are prefetched
+constexpr int kAttendMaxDim = 256;  // largest head width it handles (a multiple of 16)
+
+namespace {
+
+// exp(x) for x <= 0 within ~2e-7 relative: 2^(x log2 e) as a rounded integer power of two times a degree-6
+// polynomial on [-0.5, 0.5] (the vector types implement the same scheme).
+inline float attend_exp_scalar(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  const float t = x * 1.44269504f;
+  const float n = (t + 12582912.0f) - 12582912.0f;  // round to nearest integer
+  const float f = (t - n) * 0.693147181f;
+  float p = 1.0f / 720.0f;
+  p = p * f + 1.0f / 120.0f;
+  p = p * f + 1.0f / 24.0f;
+  p = p * f + 1.0f / 6.0f;
+  p = p * f + 0.5f;
+  p = p * f + 1.0f;
+  p = p * f + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  return p * __builtin_bit_cast(float, bits);
+}
+
+// GC query heads starting at g0 of the group (GC a compile-time count so score tiles stay in registers).
+// V is the including file's vector type: V::W lanes, V::kMaxGroup heads per pass, and zero, set1,
+// load(float*), load(uint16_t*) (fp16 bits), store, add, sub, mul, fma(a, b, c) = a * b + c, max,
+// reduce_max, reduce_add, and exp (for arguments <= 0).
+template <typename V, typename T, int GC>
+void attend_chunk(const AttendArgs& a, int g0) {
+  constexpr int B = kAttendTile, W = V::W, NV = B / W;  // vectors per 16-key tile
+  using vec = typename V::type;
+  const int d = a.d, dv = a.dv, bs = a.block_size;
+  alignas(64) float q[GC][kAttendMaxDim];
+  alignas(64) float acc[GC][kAttendMaxDim];
+  alignas(64) float p[GC][B];  // probabilities of the current tile
+  float m[GC], l[GC];
+  for (int g = 0; g < GC; ++g) {
+    for (int i = 0; i < d; ++i) q[g][i] = a.q[(g0 + g) * d + i] * a.scale;
+    for (int i = 0; i < dv; ++i) acc[g][i] = 0.0f;
+    m[g] = -3.0e38f;
+    l[g] = 0.0f;
+  }
+  const T* kbase = static_cast<const T*>(a.k);
+  const T* vbase = static_cast<const T*>(a.v);
+  for (int start = 0; start < a.n_keys; start += B) {
+    const int n = a.n_keys - start < B ? a.n_keys - start : B;
+    const size_t page = static_cast<size_t>(a.table[start / bs]) * a.n_kv_heads + a.kv_head;
+    const int offset = start % bs;                 // this tile's first key within the page
+    const T* kp = kbase + page * bs * d + offset;  // [d][bs], 16 columns used
+    const T* vp = vbase + (page * bs + offset) * a.v_stride;  // [16][v_stride]
+    // Pages lie anywhere in memory, so hardware prefetchers lose the stream at each page: fetch the K and V
+    // of the page kAttendPrefetchTiles tiles ahead into L2 now.
+    if (const int ahead = start + kAttendPrefetchTiles * B; ahead < a.n_keys && ahead % bs == 0) {
+      const size_t next = static_cast<size_t>(a.table[ahead / bs]) * a.n_kv_heads + a.kv_head;
+      const char* kn = reinterpret_cast<const char*>(kbase + next * bs * d);
+      const char* vn = reinterpret_cast<const char*>(vbase + next * bs * a.v_stride);
+      for (size_t off = 0; off < sizeof(T) * bs * d; off += 64) __builtin_prefetch(kn + off, 0, 3);
+      for (size_t off = 0; off < sizeof(T) * bs * a.v_stride; off += 64) __builtin_prefetch(vn + off, 0, 3);
+    }
+    // Scores: one vector op per dimension covers the tile's 16 keys for one head.
+    vec s[GC][NV];
+    for (int g = 0; g < GC; ++g)
+      for (int c = 0; c < NV; ++c) s[g][c] = V::zero();
+    for (int i = 0; i < d; ++i) {
+      vec k[NV];
+      for (int c = 0; c < NV; ++c) k[c] = V::load(kp + static_cast<size_t>(i) * bs + c * W);
+      for (int g = 0; g < GC; ++g) {
+        const vec qi = V::set1(q[g][i]);
+        for (int c = 0; c < NV; ++c) s[g][c] = V::fma(qi, k[c], s[g][c]);
+      }
+    }
+    // Online softmax per head.
+    for (int g = 0; g < GC; ++g) {
+      for (int c = 0; c < NV; ++c) V::store(p[g] + c * W, s[g][c]);
+      for (int j = n; j < B; ++j) p[g][j] = -3.0e38f;  // keys past the end
+      vec mx = V::load(p[g]);
+      for (int c = 1; c < NV; ++c) mx = V::max(mx, V::load(p[g] + c * W));
+      const float block_max = V::reduce_max(mx);
+      const float new_max = m[g] > block_max ? m[g] : block_max;
+      const float correction = attend_exp_scalar(m[g] - new_max);
+      vec sum = V::zero();
+      for (int c = 0; c < NV; ++c) {
+        const vec e = V::exp(V::sub(V::load(p[g] + c * W), V::set1(new_max)));
+        V::store(p[g] + c * W, e);
+        sum = V::add(sum, e);
+      }
+      l[g] = l[g] * correction + V::reduce_add(sum);
+      m[g] = new_max;
+      if (correction != 1.0f)
+        for (int i = 0; i < dv; i += W) V::store(acc[g] + i, V::mul(V::load(acc[g] + i), V::set1(correction)));
+    }
+    // Values: per W-wide slice of the value width, the heads' accumulators stay in registers.
+    for (int i = 0; i < dv; i += W) {
+      vec o[GC];
+      for (int g = 0; g < GC; ++g) o[g] = V::load(acc[g] + i);
+      for (int j = 0; j < n; ++j) {
+        const vec v = V::load(vp + static_cast<size_t>(j) * a.v_stride + i);
+        for (int g = 0; g < GC; ++g) o[g] = V::fma(V::set1(p[g][j]), v, o[g]);
+      }
+      for (int g = 0; g < GC; ++g) V::store(acc[g] + i, o[g]);
+    }
+  }
+  for (int g = 0; g < GC; ++g) {
+    const float inv = 1.0f / l[g];
+    for (int i = 0; i < dv; ++i) a.out[(g0 + g) * dv + i] = acc[g][i] * inv;
+  }
+}
+
+template <typename V, typename T>
+void attend(const AttendArgs& a) {
+  constexpr int C = V::kMaxGroup;  // heads per pass, bounded by the register file
+  for (int g0 = 0; g0 < a.G; g0 += C) {
+    switch (a.G - g0 < C ? a.G - g0 : C) {
+      case 1: attend_chunk<V, T, 1>(a, g0); break;
+      case 2: attend_chunk<V, T, (C >= 2 ? 2 : 1)>(a, g0); break;
+      case 3: attend_chunk<V, T, (C >= 3 ? 3 : 1)>(a, g0); break;
+      case 4: attend_chunk<V, T, (C >= 4 ? 4 : 1)>(a, g0); break;
+      case 5: attend_chunk<V, T, (C >= 5 ? 5 : 1)>(a, g0); break;
+      case 6: attend_chunk<V, T, (C >= 6 ? 6 : 1)>(a, g0); break;
+      case 7: attend_chunk<V, T, (C >= 7 ? 7 : 1)>(a, g0); break;
+      default: attend_chunk<V, T, (C >= 8 ? 8 : 1)>(a, g0); break;
+    }
+  }
+}
+
+}  // namespace
+
+using AttendFn = void (*)(const AttendArgs& a);
+// Per ISA: the kernel for F32 (f16 == false) or F16 pages.
+AttendFn attend_kernel_baseline(bool f16);
+AttendFn attend_kernel_avx2(bool f16);
+AttendFn attend_kernel_avx512(bool f16);
+
+}  // namespace kestrel
