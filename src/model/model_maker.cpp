@@ -118,13 +118,22 @@ Status make_model(const MakeModelOptions& options, const std::string& path,
   const bool mla = arch->latent_attention;
   const int dense_lead = (mla && s.n_expert > 0) ? 1 : 0;
   const int n_shared = mla && s.n_expert > 0 ? 1 : 0;
+  // Q4_K_M as llama.cpp mixes it: Q6_K for the output matrix, and for attn_v / ffn_down in the first and
+  // last eighth of the layers and every third layer between.
+  int layer = 0;  // the layer whose tensors are being planned
+  auto more_bits = [&] {
+    const int n = s.n_layers;
+    return layer < n / 8 || layer >= 7 * n / 8 || (layer - n / 8) % 3 == 2;
+  };
   auto matrix_type = [&](const std::string& role, int64_t n_in) {
-    DType t = (mixed && (role == "attn_v" || role == "ffn_down" || role == "output")) ? DType::Q6_K : *base;
+    const bool q6 = mixed && (role == "output" || ((role == "attn_v" || role == "ffn_down") && more_bits()));
+    const DType t = q6 ? DType::Q6_K : *base;
     return n_in % dtype_traits(t).block_elems == 0 ? t : DType::F32;
   };
   std::vector<TensorPlan> plan;
   plan.push_back({"token_embd.weight", {E, V}, matrix_type("token_embd", E), false});
   for (int il = 0; il < s.n_layers; ++il) {
+    layer = il;
     const std::string p = "blk." + std::to_string(il) + ".";
     plan.push_back({p + "attn_norm.weight", {E}, DType::F32, true});
     if (mla) {

@@ -27,7 +27,8 @@ struct ModelShape {
 
 struct MakeModelOptions {
   ModelShape shape;
-  // f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, or q4_k_m (Q4_K with Q6_K for attn_v, ffn_down and output).
+  // f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, or q4_k_m (Q4_K, with Q6_K for the output and for attn_v and
+  // ffn_down in some layers, as llama.cpp mixes it).
   std::string weight_type = "f32";
   uint64_t seed = 42;
 };

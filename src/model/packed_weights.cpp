@@ -19,7 +19,7 @@ std::vector<const TensorView*> PackedWeights::build(const ModelWeights& weights,
   };
   std::vector<Job> jobs;
   for (const TensorView* t : matrices) {
-    if (packed_.count(t) || !PackedMatrix::supports(t->type, t->ne[0], t->ne[1])) continue;
+    if (packed_.count(t) || !PackedMatrix::supports(t->type, t->ne[0], t->ne[1], detected_isa())) continue;
     packed_[t].resize(static_cast<size_t>(t->ne[2]));
     for (int64_t e = 0; e < t->ne[2]; ++e) jobs.push_back({t, e});
   }

@@ -87,6 +87,7 @@ PackedGemmFn packed_gemm_kernel_avx2(PackedLayout layout) {
   switch (layout) {
     case PackedLayout::Q4_0x16: return gemm<PackedLayout::Q4_0x16>;
     case PackedLayout::Q8_0x16: return gemm<PackedLayout::Q8_0x16>;
+    default: return nullptr;  // K-quants: the row-dot kernels (PackedMatrix::supports says so)
   }
   return nullptr;
 }

@@ -10,7 +10,8 @@ namespace {
 
 constexpr int kTokens = 8;       // tokens per register tile
 constexpr int64_t kGroupChunk = 4;  // row groups whose weights stay in cache while token tiles pass
-constexpr size_t kPrefetchBlocks = 6;  // how far ahead weights are prefetched
+constexpr size_t kPrefetchBlocks = 6;         // how far ahead weights are prefetched (several tokens)
+constexpr size_t kPrefetchBlocksDecode = 16;  // ... and for one token, whose blocks go by faster
 
 template <PackedLayout L, int T>
 void tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g) {
@@ -22,9 +23,9 @@ void tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int6
     const uint8_t* blk = w.data + (static_cast<size_t>(g) * static_cast<size_t>(w.n_blocks) + b) * w.block_bytes;
     // Software prefetch a few blocks ahead: with several tokens per block the out-of-order window spans
     // too few blocks to keep enough loads in flight while weights stream from memory.
-    if constexpr (T > 1)
-      for (size_t off = 0; off < w.block_bytes; off += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetchBlocks * w.block_bytes + off), _MM_HINT_T0);
+    for (size_t off = 0; off < w.block_bytes; off += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(blk + (T > 1 ? kPrefetchBlocks : kPrefetchBlocksDecode) * w.block_bytes + off),
+                   _MM_HINT_T0);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));  // [16] row scales
     __m512i q[8];  // q[k] = inputs 4k..4k+3 of the 16 rows
     if constexpr (L == PackedLayout::Q4_0x16) {
@@ -51,6 +52,103 @@ void tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int6
   for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16, acc[t]);
 }
 
+// K-quant tiles: one block is a 256-input super-block, eight 32-input activation blocks.
+template <int T>
+void tile_q4_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g) {
+  const size_t nxb = nb * 8;  // activation blocks per token
+  const __m512i m4 = _mm512_set1_epi8(0xF);
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (size_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = w.data + (static_cast<size_t>(g) * nb + b) * w.block_bytes;
+    // Super-blocks are large: even one token has too few of them in the out-of-order window.
+    for (size_t off = 0; off < w.block_bytes; off += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(blk + 2 * w.block_bytes + off), _MM_HINT_T0);
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+    const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32)));
+    for (int j = 0; j < 8; ++j) {
+      const __m512 sc = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+                                             _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 64 + 16 * j)))));
+      const __m512 mn = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+                                                _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192 + 16 * j)))));
+      __m512i q[8];
+      for (int k = 0; k < 4; ++k) {
+        const __m512i packed = _mm512_loadu_si512(blk + 320 + 256 * j + 64 * k);
+        q[k] = _mm512_and_si512(packed, m4);
+        q[k + 4] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), m4);
+      }
+      for (int t = 0; t < T; ++t) {
+        const BlockQ8A& xb = xq[static_cast<size_t>(t) * nxb + b * 8 + j];
+        const auto* x4 = reinterpret_cast<const int32_t*>(xb.qs);
+        __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+        for (int k = 0; k < 8; k += 2) {
+          s0 = _mm512_dpbusd_epi32(s0, q[k], _mm512_set1_epi32(x4[k]));
+          s1 = _mm512_dpbusd_epi32(s1, q[k + 1], _mm512_set1_epi32(x4[k + 1]));
+        }
+        const __m512 dx = _mm512_set1_ps(xb.d);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_mul_ps(sc, dx), acc[t]);
+        acc[t] = _mm512_fnmadd_ps(mn, _mm512_set1_ps(xb.d * static_cast<float>(xb.sum16[0] + xb.sum16[1])), acc[t]);
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16, acc[t]);
+}
+
+template <int T>
+void tile_q6_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g) {
+  const size_t nxb = nb * 8;
+  const __m512i m4 = _mm512_set1_epi8(0xF), m2 = _mm512_set1_epi8(3);
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (size_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = w.data + (static_cast<size_t>(g) * nb + b) * w.block_bytes;
+    // Super-blocks are large: even one token has too few of them in the out-of-order window.
+    for (size_t off = 0; off < w.block_bytes; off += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(blk + 2 * w.block_bytes + off), _MM_HINT_T0);
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+    for (int j = 0; j < 8; ++j) {
+      const __m512 sc0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                              _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32 + 32 * j)))));
+      const __m512 sc1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                              _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 48 + 32 * j)))));
+      const __m512i hi0 = _mm512_loadu_si512(blk + 2336 + 128 * j), hi1 = _mm512_loadu_si512(blk + 2336 + 128 * j + 64);
+      __m512i q[8];
+      for (int k = 0; k < 4; ++k) {
+        const __m512i packed = _mm512_loadu_si512(blk + 288 + 256 * j + 64 * k);
+        q[k] = _mm512_and_si512(packed, m4);
+        q[k + 4] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), m4);
+      }
+      for (int k = 0; k < 8; ++k) {  // k-group k: high bits in hi[k % 2] at bits 2 * (k / 2)
+        const __m512i h = _mm512_and_si512(_mm512_srli_epi16(k % 2 ? hi1 : hi0, 2 * (k / 2)), m2);
+        q[k] = _mm512_or_si512(q[k], _mm512_slli_epi16(h, 4));
+      }
+      for (int t = 0; t < T; ++t) {
+        const BlockQ8A& xb = xq[static_cast<size_t>(t) * nxb + b * 8 + j];
+        const auto* x4 = reinterpret_cast<const int32_t*>(xb.qs);
+        __m512i s0 = _mm512_set1_epi32(-32 * xb.sum16[0]), s1 = _mm512_set1_epi32(-32 * xb.sum16[1]);
+        for (int k = 0; k < 4; ++k) {
+          s0 = _mm512_dpbusd_epi32(s0, q[k], _mm512_set1_epi32(x4[k]));
+          s1 = _mm512_dpbusd_epi32(s1, q[k + 4], _mm512_set1_epi32(x4[k + 4]));
+        }
+        const __m512 dx = _mm512_set1_ps(xb.d);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(sc0, dx), acc[t]);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(sc1, dx), acc[t]);
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16, acc[t]);
+}
+
+template <PackedLayout L, int T>
+void any_tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g) {
+  if constexpr (L == PackedLayout::Q4_Kx16)
+    tile_q4_k<T>(w, xq, nb, y, ys, g);
+  else if constexpr (L == PackedLayout::Q6_Kx16)
+    tile_q6_k<T>(w, xq, nb, y, ys, g);
+  else
+    tile<L, T>(w, xq, nb, y, ys, g);
+}
+
 template <PackedLayout L>
 void gemm(PackedView w, const BlockQ8A* xq, int n_tok, float* y, size_t ys, int64_t group_begin,
           int64_t group_end) {
@@ -58,18 +156,19 @@ void gemm(PackedView w, const BlockQ8A* xq, int n_tok, float* y, size_t ys, int6
   for (int64_t g0 = group_begin; g0 < group_end; g0 += kGroupChunk) {
     const int64_t g1 = group_end < g0 + kGroupChunk ? group_end : g0 + kGroupChunk;
     for (int t0 = 0; t0 < n_tok; t0 += kTokens) {
-      const BlockQ8A* x = xq + static_cast<size_t>(t0) * nb;
+      constexpr size_t kActPerBlock = (L == PackedLayout::Q4_Kx16 || L == PackedLayout::Q6_Kx16) ? 8 : 1;
+      const BlockQ8A* x = xq + static_cast<size_t>(t0) * nb * kActPerBlock;
       float* yt = y + static_cast<size_t>(t0) * ys;
       for (int64_t g = g0; g < g1; ++g) {
         switch (n_tok - t0 < kTokens ? n_tok - t0 : kTokens) {
-          case 1: tile<L, 1>(w, x, nb, yt, ys, g); break;
-          case 2: tile<L, 2>(w, x, nb, yt, ys, g); break;
-          case 3: tile<L, 3>(w, x, nb, yt, ys, g); break;
-          case 4: tile<L, 4>(w, x, nb, yt, ys, g); break;
-          case 5: tile<L, 5>(w, x, nb, yt, ys, g); break;
-          case 6: tile<L, 6>(w, x, nb, yt, ys, g); break;
-          case 7: tile<L, 7>(w, x, nb, yt, ys, g); break;
-          default: tile<L, 8>(w, x, nb, yt, ys, g); break;
+          case 1: any_tile<L, 1>(w, x, nb, yt, ys, g); break;
+          case 2: any_tile<L, 2>(w, x, nb, yt, ys, g); break;
+          case 3: any_tile<L, 3>(w, x, nb, yt, ys, g); break;
+          case 4: any_tile<L, 4>(w, x, nb, yt, ys, g); break;
+          case 5: any_tile<L, 5>(w, x, nb, yt, ys, g); break;
+          case 6: any_tile<L, 6>(w, x, nb, yt, ys, g); break;
+          case 7: any_tile<L, 7>(w, x, nb, yt, ys, g); break;
+          default: any_tile<L, 8>(w, x, nb, yt, ys, g); break;
         }
       }
     }
@@ -82,6 +181,8 @@ PackedGemmFn packed_gemm_kernel_avx512(PackedLayout layout) {
   switch (layout) {
     case PackedLayout::Q4_0x16: return gemm<PackedLayout::Q4_0x16>;
     case PackedLayout::Q8_0x16: return gemm<PackedLayout::Q8_0x16>;
+    case PackedLayout::Q4_Kx16: return gemm<PackedLayout::Q4_Kx16>;
+    case PackedLayout::Q6_Kx16: return gemm<PackedLayout::Q6_Kx16>;
   }
   return nullptr;
 }

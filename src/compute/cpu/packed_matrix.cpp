@@ -14,91 +14,177 @@ std::shared_ptr<uint8_t[]> aligned_bytes(size_t n) {
   return std::shared_ptr<uint8_t[]>(static_cast<uint8_t*>(p), [](uint8_t* q) { std::free(q); });
 }
 
-// q value (0..15) of element k of a Q4_0 block.
+// Quantized value (before offset and scale) of element k of a block, in each source format.
 int q4_0_value(const BlockQ4_0& b, int k) { return k < 16 ? (b.qs[k] & 0xF) : (b.qs[k - 16] >> 4); }
+int q4_k_value(const BlockQ4_K& b, int e) {
+  const int j = e / 32, l = e % 32;
+  const uint8_t byte = b.qs[32 * (j / 2) + l];
+  return j % 2 == 0 ? (byte & 0xF) : (byte >> 4);
+}
+int q6_k_value(const BlockQ6_K& b, int e) {
+  const int half = e / 128, quarter = (e % 128) / 32, l = e % 32;
+  const uint8_t* ql = b.ql + 64 * half;
+  const uint8_t* qh = b.qh + 32 * half;
+  const uint8_t low_byte = ql[l + ((quarter & 1) ? 32 : 0)];
+  const int low = quarter < 2 ? (low_byte & 0xF) : (low_byte >> 4);
+  return low | (((qh[l] >> (2 * quarter)) & 3) << 4);
+}
+
+// Writes the nibble tile of 32 inputs for 16 rows: value(row, k) for k < 32.
+template <typename F>
+void write_nibble_tile(uint8_t* out, const F& value) {
+  for (int i = 0; i < PackedMatrix::kRows; ++i)
+    for (int g = 0; g < 4; ++g)
+      for (int j = 0; j < 4; ++j)
+        out[g * 64 + i * 4 + j] = static_cast<uint8_t>((value(i, 4 * g + j) & 0xF) | ((value(i, 4 * g + 16 + j) & 0xF) << 4));
+}
+int nibble_tile_value(const uint8_t* tile, int row, int k) {
+  const uint8_t byte = tile[(k % 16) / 4 * 64 + row * 4 + k % 4];
+  return k < 16 ? (byte & 0xF) : (byte >> 4);
+}
 
 }  // namespace
 
-bool PackedMatrix::supports(DType type, int64_t n_in, int64_t n_out) {
-  return (type == DType::Q4_0 || type == DType::Q8_0) && n_out % kRows == 0 && n_in % 32 == 0;
+bool PackedMatrix::supports(DType type, int64_t n_in, int64_t n_out, Isa isa) {
+  if (n_out % kRows != 0) return false;
+  switch (type) {
+    case DType::Q4_0:
+    case DType::Q8_0: return n_in % 32 == 0 && isa >= Isa::Avx2;
+    case DType::Q4_K:
+    case DType::Q6_K: return n_in % 256 == 0 && isa >= Isa::Avx512;
+    default: return false;
+  }
 }
 
 std::optional<PackedMatrix> PackedMatrix::pack(const WeightMatrix& w) {
-  if (!supports(w.type, w.n_in, w.n_out)) return std::nullopt;
+  if (w.n_out % kRows != 0) return std::nullopt;
   PackedMatrix p;
   p.n_in = w.n_in;
   p.n_out = w.n_out;
   switch (w.type) {
-    case DType::Q4_0: p.layout = PackedLayout::Q4_0x16; p.block_bytes = 32 + 256; break;
-    case DType::Q8_0: p.layout = PackedLayout::Q8_0x16; p.block_bytes = 32 + 512; break;
+    case DType::Q4_0: p.layout = PackedLayout::Q4_0x16; p.block_inputs = 32; p.block_bytes = 32 + 256; break;
+    case DType::Q8_0: p.layout = PackedLayout::Q8_0x16; p.block_inputs = 32; p.block_bytes = 32 + 512; break;
+    case DType::Q4_K: p.layout = PackedLayout::Q4_Kx16; p.block_inputs = 256; p.block_bytes = 2368; break;
+    case DType::Q6_K: p.layout = PackedLayout::Q6_Kx16; p.block_inputs = 256; p.block_bytes = 3360; break;
     default: return std::nullopt;
   }
+  if (w.n_in % p.block_inputs != 0) return std::nullopt;
   p.data = aligned_bytes(p.bytes());
   for (int64_t g = 0; g < p.n_groups(); ++g) {
     for (int64_t b = 0; b < p.n_blocks(); ++b) {
       uint8_t* out = p.data.get() + (static_cast<size_t>(g * p.n_blocks() + b)) * p.block_bytes;
-      auto* scales = reinterpret_cast<uint16_t*>(out);  // [16]
-      uint8_t* q = out + 32;
-      for (int i = 0; i < kRows; ++i) {
-        const uint8_t* row = w.row(g * kRows + i);
-        if (p.layout == PackedLayout::Q4_0x16) {
-          const auto& blk = reinterpret_cast<const BlockQ4_0*>(row)[b];
-          scales[i] = blk.d;
-          for (int grp = 0; grp < 4; ++grp)
-            for (int j = 0; j < 4; ++j)
-              q[grp * 64 + i * 4 + j] =
-                  static_cast<uint8_t>(q4_0_value(blk, 4 * grp + j) | (q4_0_value(blk, 4 * grp + 16 + j) << 4));
-        } else {
-          const auto& blk = reinterpret_cast<const BlockQ8_0*>(row)[b];
-          scales[i] = blk.d;
-          for (int grp = 0; grp < 8; ++grp)
-            for (int j = 0; j < 4; ++j) q[grp * 64 + i * 4 + j] = static_cast<uint8_t>(blk.qs[4 * grp + j] + 128);
-        }
+      auto* halves = reinterpret_cast<uint16_t*>(out);
+      auto row_block = [&](int i) { return w.row(g * kRows + i) + static_cast<size_t>(b) * dtype_traits(w.type).block_bytes; };
+      switch (p.layout) {
+        case PackedLayout::Q4_0x16:
+          for (int i = 0; i < kRows; ++i) halves[i] = reinterpret_cast<const BlockQ4_0*>(row_block(i))->d;
+          write_nibble_tile(out + 32, [&](int i, int k) { return q4_0_value(*reinterpret_cast<const BlockQ4_0*>(row_block(i)), k); });
+          break;
+        case PackedLayout::Q8_0x16:
+          for (int i = 0; i < kRows; ++i) {
+            const auto* blk = reinterpret_cast<const BlockQ8_0*>(row_block(i));
+            halves[i] = blk->d;
+            for (int grp = 0; grp < 8; ++grp)
+              for (int j = 0; j < 4; ++j) out[32 + grp * 64 + i * 4 + j] = static_cast<uint8_t>(blk->qs[4 * grp + j] + 128);
+          }
+          break;
+        case PackedLayout::Q4_Kx16:
+          for (int i = 0; i < kRows; ++i) {
+            const auto* blk = reinterpret_cast<const BlockQ4_K*>(row_block(i));
+            halves[i] = blk->d;
+            halves[16 + i] = blk->dmin;
+            for (int j = 0; j < 8; ++j) q4_k_scale_min(j, blk->scales, out[64 + j * 16 + i], out[192 + j * 16 + i]);
+          }
+          for (int j = 0; j < 8; ++j)
+            write_nibble_tile(out + 320 + 256 * j, [&](int i, int k) {
+              return q4_k_value(*reinterpret_cast<const BlockQ4_K*>(row_block(i)), 32 * j + k);
+            });
+          break;
+        case PackedLayout::Q6_Kx16:
+          for (int i = 0; i < kRows; ++i) {
+            const auto* blk = reinterpret_cast<const BlockQ6_K*>(row_block(i));
+            halves[i] = blk->d;
+            for (int s = 0; s < 16; ++s) out[32 + s * 16 + i] = static_cast<uint8_t>(blk->scales[s]);
+          }
+          for (int j = 0; j < 8; ++j) {
+            auto value = [&](int i, int k) { return q6_k_value(*reinterpret_cast<const BlockQ6_K*>(row_block(i)), 32 * j + k); };
+            write_nibble_tile(out + 288 + 256 * j, value);
+            uint8_t* hi = out + 2336 + 128 * j;
+            for (int h = 0; h < 2; ++h)
+              for (int i = 0; i < kRows; ++i)
+                for (int jj = 0; jj < 4; ++jj) {
+                  uint8_t byte = 0;
+                  for (int c = 0; c < 4; ++c) byte |= static_cast<uint8_t>((value(i, 4 * (h + 2 * c) + jj) >> 4) << (2 * c));
+                  hi[h * 64 + i * 4 + jj] = byte;
+                }
+          }
+          break;
       }
     }
   }
   return p;
 }
 
+void unpack_block_row(PackedLayout layout, const uint8_t* blk, int i, float* out) {
+  const auto* halves = reinterpret_cast<const uint16_t*>(blk);
+  switch (layout) {
+    case PackedLayout::Q4_0x16:
+      for (int k = 0; k < 32; ++k) out[k] = fp16_to_fp32(halves[i]) * (nibble_tile_value(blk + 32, i, k) - 8);
+      break;
+    case PackedLayout::Q8_0x16:
+      for (int k = 0; k < 32; ++k) out[k] = fp16_to_fp32(halves[i]) * (blk[32 + k / 4 * 64 + i * 4 + k % 4] - 128);
+      break;
+    case PackedLayout::Q4_Kx16:
+      for (int e = 0; e < 256; ++e) {
+        const int j = e / 32;
+        out[e] = fp16_to_fp32(halves[i]) * blk[64 + j * 16 + i] * nibble_tile_value(blk + 320 + 256 * j, i, e % 32) -
+                 fp16_to_fp32(halves[16 + i]) * blk[192 + j * 16 + i];
+      }
+      break;
+    case PackedLayout::Q6_Kx16:
+      for (int e = 0; e < 256; ++e) {
+        const int j = e / 32, k = e % 32, g = k / 4;
+        const uint8_t hi = blk[2336 + 128 * j + (g % 2) * 64 + i * 4 + k % 4];
+        const int q = nibble_tile_value(blk + 288 + 256 * j, i, k) | (((hi >> (2 * (g / 2))) & 3) << 4);
+        out[e] = fp16_to_fp32(halves[i]) * static_cast<int8_t>(blk[32 + (e / 16) * 16 + i]) * (q - 32);
+      }
+      break;
+  }
+}
+
 namespace {
+// Reference: decode the packed weights, dot them with the dequantized activations in double.
 template <PackedLayout L>
 void reference(PackedView w, const BlockQ8A* xq, int n_tok, float* y, size_t y_stride, int64_t group_begin,
                int64_t group_end) {
+  constexpr int kInputs = (L == PackedLayout::Q4_0x16 || L == PackedLayout::Q8_0x16) ? 32 : 256;
   const int64_t nb = w.n_blocks;
+  const size_t nxb = static_cast<size_t>(nb) * kInputs / 32;  // activation blocks per token
+  float weights[kInputs];
   for (int64_t g = group_begin; g < group_end; ++g)
-    for (int t = 0; t < n_tok; ++t)
-      for (int i = 0; i < PackedMatrix::kRows; ++i) {
+    for (int i = 0; i < PackedMatrix::kRows; ++i)
+      for (int t = 0; t < n_tok; ++t) {
         double sum = 0;
         for (int64_t b = 0; b < nb; ++b) {
-          const uint8_t* blk = w.data + static_cast<size_t>(g * nb + b) * w.block_bytes;
-          const float d = fp16_to_fp32(reinterpret_cast<const uint16_t*>(blk)[i]);
-          const uint8_t* q = blk + 32;
-          const BlockQ8A& xb = xq[static_cast<size_t>(t) * nb + b];
-          int32_t dot = 0;
-          for (int k = 0; k < 32; ++k) {
-            int wq;
-            if (L == PackedLayout::Q4_0x16) {
-              const uint8_t byte = q[(k % 16) / 4 * 64 + i * 4 + k % 4];
-              wq = (k < 16 ? (byte & 0xF) : (byte >> 4)) - 8;
-            } else {
-              wq = static_cast<int>(q[k / 4 * 64 + i * 4 + k % 4]) - 128;
-            }
-            dot += wq * xb.qs[k];
+          unpack_block_row(L, w.data + static_cast<size_t>(g * nb + b) * w.block_bytes, i, weights);
+          for (int k = 0; k < kInputs; ++k) {
+            const BlockQ8A& xb = xq[static_cast<size_t>(t) * nxb + static_cast<size_t>(b) * (kInputs / 32) + k / 32];
+            sum += static_cast<double>(weights[k]) * xb.d * xb.qs[k % 32];
           }
-          sum += static_cast<double>(d) * xb.d * dot;
         }
         y[static_cast<size_t>(t) * y_stride + static_cast<size_t>(g) * PackedMatrix::kRows + i] = static_cast<float>(sum);
       }
 }
 }  // namespace
 
-void packed_gemm_reference_q4_0(PackedView w, const BlockQ8A* xq, int n_tok, float* y, size_t y_stride,
-                                int64_t group_begin, int64_t group_end) {
-  reference<PackedLayout::Q4_0x16>(w, xq, n_tok, y, y_stride, group_begin, group_end);
-}
-void packed_gemm_reference_q8_0(PackedView w, const BlockQ8A* xq, int n_tok, float* y, size_t y_stride,
-                                int64_t group_begin, int64_t group_end) {
-  reference<PackedLayout::Q8_0x16>(w, xq, n_tok, y, y_stride, group_begin, group_end);
+PackedGemmFn packed_gemm_reference(PackedLayout layout) {
+  switch (layout) {
+    case PackedLayout::Q4_0x16: return reference<PackedLayout::Q4_0x16>;
+    case PackedLayout::Q8_0x16: return reference<PackedLayout::Q8_0x16>;
+    case PackedLayout::Q4_Kx16: return reference<PackedLayout::Q4_Kx16>;
+    case PackedLayout::Q6_Kx16: return reference<PackedLayout::Q6_Kx16>;
+  }
+  return nullptr;
 }
 
 #if !defined(KESTREL_HAVE_X86_KERNELS)
@@ -110,8 +196,7 @@ PackedGemmFn packed_gemm_kernel(PackedLayout layout, Isa isa) {
   PackedGemmFn fn = nullptr;
   if (isa >= Isa::Avx512) fn = packed_gemm_kernel_avx512(layout);
   if (!fn && isa >= Isa::Avx2) fn = packed_gemm_kernel_avx2(layout);
-  if (fn) return fn;
-  return layout == PackedLayout::Q4_0x16 ? packed_gemm_reference_q4_0 : packed_gemm_reference_q8_0;
+  return fn ? fn : packed_gemm_reference(layout);
 }
 
 }  // namespace kestrel

@@ -4,10 +4,16 @@
 // applies the per-row block scales once per block. The same layout serves decode (1 token), batched
 // decode and prefill. Bytes per weight equal the GGUF format's, so memory does not grow.
 //
-// Layout, per group of 16 rows and per 32-input block (groups outermost, blocks in input order):
-//   Q4_0x16: 16 fp16 scales [16], then 4 x 64 bytes: byte (g, row, j) holds q[4g+j] in its low nibble and
-//            q[4g+16+j] in its high nibble (q in 0..15, w = d * (q - 8)).              288 bytes
-//   Q8_0x16: 16 fp16 scales [16], then 8 x 64 bytes: byte (g, row, j) = q[4g+j] + 128 (w = d * q).  544 bytes
+// Layout, per group of 16 rows and per block (groups outermost, blocks in input order). "Nibble tile": for
+// 32 inputs of the 16 rows, 4 x 64 bytes where byte (g, row, j) holds q[4g+j] in its low nibble and
+// q[4g+16+j] in its high nibble.
+//   Q4_0x16 (32 inputs):  fp16 d[16]; nibble tile (q in 0..15, w = d * (q - 8)).                  288 bytes
+//   Q8_0x16 (32 inputs):  fp16 d[16]; 8 x 64 bytes, byte (g, row, j) = q[4g+j] + 128 (w = d * q).  544 bytes
+//   Q4_Kx16 (256 inputs): fp16 d[16], fp16 dmin[16], u8 sc[8][16], u8 m[8][16], then a nibble tile per
+//                         32-input sub-block (w = d * sc * q - dmin * m).                          2368 bytes
+//   Q6_Kx16 (256 inputs): fp16 d[16], i8 sc[16][16] (per 16 inputs), a nibble tile of the low 4 bits per
+//                         32 inputs, then per 32 inputs 2 x 64 bytes of high 2-bit pairs: byte (h, row, j)
+//                         holds k-groups h, h+2, h+4, h+6 at bits 0, 2, 4, 6 (w = d * sc * (q - 32)). 3360 bytes
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -20,7 +26,7 @@
 
 namespace kestrel {
 
-enum class PackedLayout { Q4_0x16, Q8_0x16 };
+enum class PackedLayout { Q4_0x16, Q8_0x16, Q4_Kx16, Q6_Kx16 };
 
 // Plain data a kernel needs (the ISA-specific files use only this, no inline library code, so nothing
 // compiled for a wider ISA can be shared with baseline code by the linker).
@@ -35,19 +41,21 @@ struct PackedMatrix {
   PackedLayout layout = PackedLayout::Q4_0x16;
   int64_t n_in = 0;
   int64_t n_out = 0;
-  size_t block_bytes = 0;  // bytes per (16-row group, 32-input block)
+  int block_inputs = 32;   // inputs per block (32, or 256 for the K-quants)
+  size_t block_bytes = 0;  // bytes per (16-row group, block)
   std::shared_ptr<uint8_t[]> data;  // [n_out / 16][n_in / 32][block_bytes], 64-byte aligned
 
   int64_t n_groups() const { return n_out / kRows; }
-  int64_t n_blocks() const { return n_in / 32; }
+  int64_t n_blocks() const { return n_in / block_inputs; }
   const uint8_t* block(int64_t group, int64_t b) const {
     return data.get() + (static_cast<size_t>(group) * static_cast<size_t>(n_blocks()) + static_cast<size_t>(b)) * block_bytes;
   }
   size_t bytes() const { return static_cast<size_t>(n_groups() * n_blocks()) * block_bytes; }
   PackedView view() const { return {data.get(), n_blocks(), block_bytes}; }
 
-  // Whether a matrix of this type and shape has a packed layout (n_out a multiple of 16).
-  static bool supports(DType type, int64_t n_in, int64_t n_out);
+  // Whether a matrix of this type and shape has a packed layout (n_out a multiple of 16) with a fast
+  // kernel on this ISA level.
+  static bool supports(DType type, int64_t n_in, int64_t n_out, Isa isa);
   // A packed copy of w, or nullopt when !supports(...).
   static std::optional<PackedMatrix> pack(const WeightMatrix& w);
 };
@@ -60,9 +68,8 @@ PackedGemmFn packed_gemm_kernel(PackedLayout layout, Isa isa);
 PackedGemmFn packed_gemm_kernel_avx2(PackedLayout layout);
 PackedGemmFn packed_gemm_kernel_avx512(PackedLayout layout);
 // Scalar reference over the same packed bytes.
-void packed_gemm_reference_q4_0(PackedView w, const BlockQ8A* xq, int n_tok, float* y, size_t y_stride,
-                                int64_t group_begin, int64_t group_end);
-void packed_gemm_reference_q8_0(PackedView w, const BlockQ8A* xq, int n_tok, float* y, size_t y_stride,
-                                int64_t group_begin, int64_t group_end);
+PackedGemmFn packed_gemm_reference(PackedLayout layout);
+// The weights of row `row` (0..15) of one packed block, decoded to floats: out[block inputs].
+void unpack_block_row(PackedLayout layout, const uint8_t* block, int row, float* out);
 
 }  // namespace kestrel
