@@ -118,6 +118,38 @@ TEST(Kernels, PackedGemmMatchesReferenceOnEveryIsa) {
   }
 }
 
+TEST(Kernels, PackedBf16GemmMatchesReference) {
+  const size_t n_in = 256, n_out = 48;
+  for (DType type : {DType::F16, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(type));
+    const auto bytes = quantized(type, random_vector(n_in * n_out, 90, 0.05f), n_in);
+    const WeightMatrix m{type, static_cast<int64_t>(n_in), static_cast<int64_t>(n_out), bytes.data(), row_bytes(type, n_in)};
+    const auto packed = PackedMatrix::pack(m);
+    ASSERT_TRUE(packed.has_value());
+    for (int n_tok : {1, 5, 9}) {
+      const auto x = random_vector(n_in * n_tok, 91);
+      std::vector<uint16_t> xb(x.size());
+      for (size_t i = 0; i < x.size(); ++i) xb[i] = fp32_to_bf16(x[i]);
+      std::vector<float> want(n_out * n_tok), got(want.size());
+      packed_gemm_bf16_reference(packed->view(), xb.data(), n_tok, want.data(), n_out, 0, packed->n_groups());
+      // The reference over packed bytes agrees with the file's weights (F16 rounded to BF16).
+      std::vector<float> w(n_in);
+      for (size_t r = 0; r < n_out; ++r) {
+        dequantize_row(type, m.row(static_cast<int64_t>(r)), w.data(), n_in);
+        double s = 0, mag = 0;
+        for (size_t i = 0; i < n_in; ++i) {
+          s += w[i] * bf16_to_fp32(xb[i]);
+          mag += std::fabs(w[i] * x[i]);
+        }
+        EXPECT_NEAR(want[r], s, 4e-3 * mag) << r;
+      }
+      if (!PackedMatrix::supports(type, n_in, n_out, detected_isa())) continue;
+      packed_gemm_bf16_kernel(detected_isa())(packed->view(), xb.data(), n_tok, got.data(), n_out, 0, packed->n_groups());
+      for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4 * (1 + std::fabs(want[i]))) << i;
+    }
+  }
+}
+
 TEST(Kernels, ActivationQuantizationRoundTrips) {
   const auto x = random_vector(256, 60, 3.0f);
   std::vector<BlockQ8A> q(8);

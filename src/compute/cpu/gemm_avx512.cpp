@@ -183,6 +183,7 @@ PackedGemmFn packed_gemm_kernel_avx512(PackedLayout layout) {
     case PackedLayout::Q8_0x16: return gemm<PackedLayout::Q8_0x16>;
     case PackedLayout::Q4_Kx16: return gemm<PackedLayout::Q4_Kx16>;
     case PackedLayout::Q6_Kx16: return gemm<PackedLayout::Q6_Kx16>;
+    case PackedLayout::BF16x16: return nullptr;  // packed_gemm_bf16_kernel_avx512
   }
   return nullptr;
 }

@@ -41,6 +41,19 @@ Isa hardware_isa() { return Isa::Scalar; }
 #endif
 }  // namespace
 
+bool cpu_has_avx512_bf16() {
+#if defined(__x86_64__) && defined(KESTREL_HAVE_X86_KERNELS)
+  static const bool has = [] {
+    unsigned eax, ebx, ecx, edx;
+    if (hardware_isa() < Isa::Avx512 || !__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) return false;
+    return (eax & (1u << 5)) != 0;
+  }();
+  return has && detected_isa() >= Isa::Avx512;
+#else
+  return false;
+#endif
+}
+
 std::vector<Isa> runnable_isas() {
   std::vector<Isa> out;
   const Isa hw = hardware_isa();

@@ -13,5 +13,7 @@ const char* isa_name(Isa isa);
 Isa detected_isa();
 // Every level this CPU can run, lowest first (tests hold each against the scalar reference).
 std::vector<Isa> runnable_isas();
+// AVX-512 BF16 dot products (vdpbf16ps), on top of the Avx512 level (Zen 4, Sapphire Rapids).
+bool cpu_has_avx512_bf16();
 
 }  // namespace kestrel

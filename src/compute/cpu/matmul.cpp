@@ -8,6 +8,7 @@
 #include "compute/cpu/dot.h"
 #include "compute/cpu/packed_matrix.h"
 #include "compute/ops.h"
+#include "core/fp16.h"
 #include "quant/quantize.h"
 
 namespace kestrel::ops {
@@ -19,6 +20,19 @@ constexpr int64_t kRowTile = 16;     // rows decoded together for prefill
 void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, float* y, int n_tok) {
   const size_t n_in = static_cast<size_t>(w.n_in);
   const size_t n_out = static_cast<size_t>(w.n_out);
+  if (w.packed && w.packed->layout == PackedLayout::BF16x16) {
+    // F16/BF16 weights packed as BF16: activations to BF16 once, then the BF16 dot-product GEMM.
+    std::vector<uint16_t> xb(static_cast<size_t>(n_tok) * n_in);  // [n_tok, n_in] bf16 bits
+    pool.parallel_for(static_cast<size_t>(n_tok) * n_in, 4096, [&](size_t begin, size_t end, int) {
+      for (size_t i = begin; i < end; ++i) xb[i] = fp32_to_bf16(x[i]);
+    });
+    const PackedGemmBf16Fn gemm = packed_gemm_bf16_kernel(detected_isa());
+    const PackedView view = w.packed->view();
+    pool.parallel_for(static_cast<size_t>(w.packed->n_groups()), 1, [&](size_t begin, size_t end, int) {
+      gemm(view, xb.data(), n_tok, y, n_out, static_cast<int64_t>(begin), static_cast<int64_t>(end));
+    });
+    return;
+  }
   if (w.packed) {
     // Packed 16-row groups: the integer GEMM kernel, threads splitting the row groups.
     const size_t nb = n_in / 32;

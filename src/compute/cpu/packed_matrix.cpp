@@ -52,6 +52,8 @@ bool PackedMatrix::supports(DType type, int64_t n_in, int64_t n_out, Isa isa) {
     case DType::Q8_0: return n_in % 32 == 0 && isa >= Isa::Avx2;
     case DType::Q4_K:
     case DType::Q6_K: return n_in % 256 == 0 && isa >= Isa::Avx512;
+    case DType::F16:
+    case DType::BF16: return n_in % 32 == 0 && isa >= Isa::Avx512 && cpu_has_avx512_bf16();
     default: return false;
   }
 }
@@ -66,6 +68,8 @@ std::optional<PackedMatrix> PackedMatrix::pack(const WeightMatrix& w) {
     case DType::Q8_0: p.layout = PackedLayout::Q8_0x16; p.block_inputs = 32; p.block_bytes = 32 + 512; break;
     case DType::Q4_K: p.layout = PackedLayout::Q4_Kx16; p.block_inputs = 256; p.block_bytes = 2368; break;
     case DType::Q6_K: p.layout = PackedLayout::Q6_Kx16; p.block_inputs = 256; p.block_bytes = 3360; break;
+    case DType::F16:
+    case DType::BF16: p.layout = PackedLayout::BF16x16; p.block_inputs = 32; p.block_bytes = 1024; break;
     default: return std::nullopt;
   }
   if (w.n_in % p.block_inputs != 0) return std::nullopt;
@@ -74,7 +78,9 @@ std::optional<PackedMatrix> PackedMatrix::pack(const WeightMatrix& w) {
     for (int64_t b = 0; b < p.n_blocks(); ++b) {
       uint8_t* out = p.data.get() + (static_cast<size_t>(g * p.n_blocks() + b)) * p.block_bytes;
       auto* halves = reinterpret_cast<uint16_t*>(out);
-      auto row_block = [&](int i) { return w.row(g * kRows + i) + static_cast<size_t>(b) * dtype_traits(w.type).block_bytes; };
+      auto row_block = [&](int i) {  // the source bytes of this block in row i
+        return w.row(g * kRows + i) + row_bytes(w.type, static_cast<size_t>(b) * static_cast<size_t>(p.block_inputs));
+      };
       switch (p.layout) {
         case PackedLayout::Q4_0x16:
           for (int i = 0; i < kRows; ++i) halves[i] = reinterpret_cast<const BlockQ4_0*>(row_block(i))->d;
@@ -99,6 +105,15 @@ std::optional<PackedMatrix> PackedMatrix::pack(const WeightMatrix& w) {
             write_nibble_tile(out + 320 + 256 * j, [&](int i, int k) {
               return q4_k_value(*reinterpret_cast<const BlockQ4_K*>(row_block(i)), 32 * j + k);
             });
+          break;
+        case PackedLayout::BF16x16:
+          for (int i = 0; i < kRows; ++i) {
+            const auto* src = reinterpret_cast<const uint16_t*>(row_block(i));  // [32]
+            for (int k = 0; k < 32; ++k) {
+              const uint16_t bits = w.type == DType::BF16 ? src[k] : fp32_to_bf16(fp16_to_fp32(src[k]));
+              std::memcpy(out + (k / 2) * 64 + i * 4 + (k % 2) * 2, &bits, 2);
+            }
+          }
           break;
         case PackedLayout::Q6_Kx16:
           for (int i = 0; i < kRows; ++i) {
@@ -128,6 +143,9 @@ std::optional<PackedMatrix> PackedMatrix::pack(const WeightMatrix& w) {
 void unpack_block_row(PackedLayout layout, const uint8_t* blk, int i, float* out) {
   const auto* halves = reinterpret_cast<const uint16_t*>(blk);
   switch (layout) {
+    case PackedLayout::BF16x16:
+      for (int k = 0; k < 32; ++k) out[k] = bf16_to_fp32(halves[(k / 2) * 32 + i * 2 + k % 2]);
+      break;
     case PackedLayout::Q4_0x16:
       for (int k = 0; k < 32; ++k) out[k] = fp16_to_fp32(halves[i]) * (nibble_tile_value(blk + 32, i, k) - 8);
       break;
@@ -177,8 +195,31 @@ void reference(PackedView w, const BlockQ8A* xq, int n_tok, float* y, size_t y_s
 }
 }  // namespace
 
+void packed_gemm_bf16_reference(PackedView w, const uint16_t* xb, int n_tok, float* y, size_t y_stride,
+                                int64_t group_begin, int64_t group_end) {
+  const int64_t nb = w.n_blocks;
+  float weights[32];
+  for (int64_t g = group_begin; g < group_end; ++g)
+    for (int i = 0; i < PackedMatrix::kRows; ++i)
+      for (int t = 0; t < n_tok; ++t) {
+        double sum = 0;
+        for (int64_t b = 0; b < nb; ++b) {
+          unpack_block_row(PackedLayout::BF16x16, w.data + static_cast<size_t>(g * nb + b) * w.block_bytes, i, weights);
+          for (int k = 0; k < 32; ++k)
+            sum += static_cast<double>(weights[k]) * bf16_to_fp32(xb[static_cast<size_t>(t) * nb * 32 + b * 32 + k]);
+        }
+        y[static_cast<size_t>(t) * y_stride + static_cast<size_t>(g) * PackedMatrix::kRows + i] = static_cast<float>(sum);
+      }
+}
+
+PackedGemmBf16Fn packed_gemm_bf16_kernel(Isa isa) {
+  PackedGemmBf16Fn fn = isa >= Isa::Avx512 && cpu_has_avx512_bf16() ? packed_gemm_bf16_kernel_avx512() : nullptr;
+  return fn ? fn : packed_gemm_bf16_reference;
+}
+
 PackedGemmFn packed_gemm_reference(PackedLayout layout) {
   switch (layout) {
+    case PackedLayout::BF16x16: return nullptr;  // takes bf16 activations: packed_gemm_bf16_reference
     case PackedLayout::Q4_0x16: return reference<PackedLayout::Q4_0x16>;
     case PackedLayout::Q8_0x16: return reference<PackedLayout::Q8_0x16>;
     case PackedLayout::Q4_Kx16: return reference<PackedLayout::Q4_Kx16>;
@@ -188,6 +229,7 @@ PackedGemmFn packed_gemm_reference(PackedLayout layout) {
 }
 
 #if !defined(KESTREL_HAVE_X86_KERNELS)
+PackedGemmBf16Fn packed_gemm_bf16_kernel_avx512() { return nullptr; }
 PackedGemmFn packed_gemm_kernel_avx2(PackedLayout) { return nullptr; }
 PackedGemmFn packed_gemm_kernel_avx512(PackedLayout) { return nullptr; }
 #endif

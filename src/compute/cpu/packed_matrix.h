@@ -14,6 +14,8 @@
 //   Q6_Kx16 (256 inputs): fp16 d[16], i8 sc[16][16] (per 16 inputs), a nibble tile of the low 4 bits per
 //                         32 inputs, then per 32 inputs 2 x 64 bytes of high 2-bit pairs: byte (h, row, j)
 //                         holds k-groups h, h+2, h+4, h+6 at bits 0, 2, 4, 6 (w = d * sc * (q - 32)). 3360 bytes
+//   BF16x16 (32 inputs):  16 x 64 bytes: (pair p, row, 2) = bf16 w[2p], w[2p+1] (from F16 or BF16 weights),
+//                         multiplied with bf16 activations by vdpbf16ps.                            1024 bytes
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -26,7 +28,7 @@
 
 namespace kestrel {
 
-enum class PackedLayout { Q4_0x16, Q8_0x16, Q4_Kx16, Q6_Kx16 };
+enum class PackedLayout { Q4_0x16, Q8_0x16, Q4_Kx16, Q6_Kx16, BF16x16 };
 
 // Plain data a kernel needs (the ISA-specific files use only this, no inline library code, so nothing
 // compiled for a wider ISA can be shared with baseline code by the linker).
@@ -69,6 +71,14 @@ PackedGemmFn packed_gemm_kernel_avx2(PackedLayout layout);
 PackedGemmFn packed_gemm_kernel_avx512(PackedLayout layout);
 // Scalar reference over the same packed bytes.
 PackedGemmFn packed_gemm_reference(PackedLayout layout);
+
+// The BF16x16 layout's GEMM: activations are bf16 bits xb [n_tok, n_in].
+using PackedGemmBf16Fn = void (*)(PackedView w, const uint16_t* xb, int n_tok, float* y, size_t y_stride,
+                                  int64_t group_begin, int64_t group_end);
+PackedGemmBf16Fn packed_gemm_bf16_kernel(Isa isa);  // the AVX-512 BF16 kernel, or the reference
+PackedGemmBf16Fn packed_gemm_bf16_kernel_avx512();
+void packed_gemm_bf16_reference(PackedView w, const uint16_t* xb, int n_tok, float* y, size_t y_stride,
+                                int64_t group_begin, int64_t group_end);
 // The weights of row `row` (0..15) of one packed block, decoded to floats: out[block inputs].
 void unpack_block_row(PackedLayout layout, const uint8_t* block, int row, float* out);
 
