@@ -164,8 +164,8 @@ void add_logits(CLI::App& app, Action& run) {
                                             "float32 logits[n_tokens][n_vocab]")->required();
   cmd->add_option("-t,--threads", a->threads, "Threads")->check(CLI::Range(1, 1024));
   cmd->add_flag("--one-by-one", a->one_by_one, "Feed the tokens one at a time through the KV cache");
-  cmd->add_option("--cache-type-k", a->kv_type, "KV cache element type: f32 (default here) or f16")
-      ->transform(CLI::CheckedTransformer(std::map<std::string, KvType>{{"f16", KvType::F16}, {"f32", KvType::F32}},
+  cmd->add_option("--cache-type-k", a->kv_type, "KV cache element type: f32 (default here), f16 or bf16")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, KvType>{{"f16", KvType::F16}, {"bf16", KvType::BF16}, {"f32", KvType::F32}},
                                           CLI::ignore_case));
   cmd->callback([&run, a] { run = [a] { return run_logits(*a); }; });
 }

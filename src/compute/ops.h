@@ -33,8 +33,8 @@ enum class RopeStyle {
   NeoX,         // rotates pairs (x[i], x[i + n_rot/2]) — Qwen, GPT-NeoX
 };
 
-// Element type of the KV cache pages.
-enum class KvType { F32, F16 };
+// Element type of the KV cache pages. BF16 pages are laid out for BF16 dot products (see KvLayerView).
+enum class KvType { F32, F16, BF16 };
 
 // Paged K/V of one layer. Per page (block) and KV head:
 //   K, row layout:        [block_size, k_dim]   (token rows)
@@ -42,7 +42,9 @@ enum class KvType { F32, F16 };
 //                                                 so attention scores a page with one vector op per dim)
 //   V:                    [block_size, v_stride] of which the first v_dim are used.
 // With latent attention (MLA) V is the first v_dim elements of each K row: v == k, v_stride == k_dim, and K
-// uses the row layout. Elements are `type` (float or fp16 bits).
+// uses the row layout. Elements are `type` (float, fp16 or bf16 bits). BF16 pages interleave pairs so one
+// 32-bit lane holds two products' inputs: transposed K as [k_dim / 2, block_size, 2] (two dimensions of
+// a key) and V as [block_size / 2, v_stride, 2] (one dimension of two keys).
 struct KvLayerView {
   void* k = nullptr;
   void* v = nullptr;
@@ -60,10 +62,14 @@ struct KvLayerView {
   size_t k_page(int32_t block, int kv_head) const { return page(block, kv_head) * static_cast<size_t>(k_dim); }
   size_t v_page(int32_t block, int kv_head) const { return page(block, kv_head) * static_cast<size_t>(v_stride); }
   size_t k_element(int32_t block, int kv_head, int offset, int dim) const {
-    return k_page(block, kv_head) + (k_transposed ? static_cast<size_t>(dim) * block_size + offset
-                                                  : static_cast<size_t>(offset) * k_dim + dim);
+    if (!k_transposed) return k_page(block, kv_head) + static_cast<size_t>(offset) * k_dim + dim;
+    if (type == KvType::BF16)
+      return k_page(block, kv_head) + (static_cast<size_t>(dim / 2) * block_size + offset) * 2 + dim % 2;
+    return k_page(block, kv_head) + static_cast<size_t>(dim) * block_size + offset;
   }
   size_t v_element(int32_t block, int kv_head, int offset, int dim) const {
+    if (type == KvType::BF16 && !v_in_k())
+      return v_page(block, kv_head) + (static_cast<size_t>(offset / 2) * v_stride + dim) * 2 + offset % 2;
     return v_page(block, kv_head) + static_cast<size_t>(offset) * v_stride + dim;
   }
   float k_at(int32_t block, int kv_head, int offset, int dim) const { return load(k, k_element(block, kv_head, offset, dim)); }

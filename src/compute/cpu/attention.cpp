@@ -47,11 +47,14 @@ AttendFn attend_kernel_baseline(bool f16) { return f16 ? attend<Scalar, uint16_t
 #if !defined(KESTREL_HAVE_X86_KERNELS)
 AttendFn attend_kernel_avx2(bool) { return nullptr; }
 AttendFn attend_kernel_avx512(bool) { return nullptr; }
+AttendFn attend_kernel_bf16_avx512() { return nullptr; }
 #endif
 
 namespace {
 
-AttendFn attend_kernel(bool f16) {
+AttendFn attend_kernel(KvType type) {
+  if (type == KvType::BF16) return cpu_has_avx512_bf16() ? attend_kernel_bf16_avx512() : nullptr;
+  const bool f16 = type == KvType::F16;
   const Isa isa = detected_isa();
   AttendFn fn = nullptr;
   if (isa >= Isa::Avx512) fn = attend_kernel_avx512(f16);
@@ -95,9 +98,10 @@ namespace ops {
 void attention_paged(ThreadPool& pool, const float* q, const KvLayerView& kv, const AttentionRows& rows,
                      float* out, int n_tok, int n_heads, float scale) {
   const bool fast = kv.k_transposed && !kv.v_in_k() && kv.block_size % kAttendTile == 0 &&
-                    kv.k_dim <= kAttendMaxDim && kv.v_dim <= kAttendMaxDim && kv.v_dim % kAttendTile == 0;
-  if (!fast) return attention_generic(pool, q, kv, rows, out, n_tok, n_heads, scale);
-  const AttendFn attend_fn = attend_kernel(kv.type == KvType::F16);
+                    kv.k_dim <= kAttendMaxDim && kv.v_dim <= kAttendMaxDim && kv.v_dim % kAttendTile == 0 &&
+                    kv.k_dim % 2 == 0;
+  const AttendFn attend_fn = fast ? attend_kernel(kv.type) : nullptr;
+  if (!attend_fn) return attention_generic(pool, q, kv, rows, out, n_tok, n_heads, scale);
   const int group = n_heads / kv.n_kv_heads;
   pool.parallel_for(static_cast<size_t>(n_tok) * kv.n_kv_heads, 1, [&](size_t begin, size_t end, int) {
     for (size_t item = begin; item < end; ++item) {

@@ -44,3 +44,102 @@ struct Vec512 {
 namespace kestrel {
 AttendFn attend_kernel_avx512(bool f16) { return f16 ? attend<Vec512, uint16_t> : attend<Vec512, float>; }
 }  // namespace kestrel
+
+// BF16 pages: scores with one vdpbf16ps per pair of dimensions (16 keys x 2 dims), values with one per
+// pair of keys (16 dims x 2 keys). Probabilities are rounded to BF16 for the value products.
+namespace kestrel {
+namespace {
+
+template <int GC>
+void attend_bf16_chunk(const AttendArgs& a, int g0) {
+  constexpr int B = kAttendTile;
+  const int d = a.d, dv = a.dv, bs = a.block_size;
+  alignas(64) uint16_t qb[GC][kAttendMaxDim];  // scaled queries as bf16
+  alignas(64) float acc[GC][kAttendMaxDim];
+  alignas(64) uint16_t pb[GC][B];
+  float m[GC], l[GC];
+  for (int g = 0; g < GC; ++g) {
+    for (int i = 0; i < d; i += 16) {
+      const __m512 x = _mm512_mul_ps(_mm512_loadu_ps(a.q + (g0 + g) * d + i), _mm512_set1_ps(a.scale));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(qb[g] + i), (__m256i)_mm512_cvtneps_pbh(x));
+    }
+    for (int i = 0; i < dv; ++i) acc[g][i] = 0.0f;
+    m[g] = -3.0e38f;
+    l[g] = 0.0f;
+  }
+  const auto* kbase = static_cast<const uint16_t*>(a.k);
+  const auto* vbase = static_cast<const uint16_t*>(a.v);
+  for (int start = 0; start < a.n_keys; start += B) {
+    const int n = a.n_keys - start < B ? a.n_keys - start : B;
+    const size_t page = static_cast<size_t>(a.table[start / bs]) * a.n_kv_heads + a.kv_head;
+    const int offset = start % bs;
+    const uint16_t* kp = kbase + page * bs * d + offset * 2;             // pair rows [d / 2][bs][2]
+    const uint16_t* vp = vbase + page * bs * dv + (offset / 2) * dv * 2;  // key-pair rows [bs / 2][dv][2]
+    if (const int ahead = start + kAttendPrefetchTiles * B; ahead < a.n_keys && ahead % bs == 0) {
+      const size_t next = static_cast<size_t>(a.table[ahead / bs]) * a.n_kv_heads + a.kv_head;
+      const char* kn = reinterpret_cast<const char*>(kbase + next * bs * d);
+      const char* vn = reinterpret_cast<const char*>(vbase + next * bs * dv);
+      for (size_t off = 0; off < 2u * bs * d; off += 64) _mm_prefetch(kn + off, _MM_HINT_T0);
+      for (size_t off = 0; off < 2u * bs * dv; off += 64) _mm_prefetch(vn + off, _MM_HINT_T0);
+    }
+    __m512 s[GC];
+    for (int g = 0; g < GC; ++g) s[g] = _mm512_setzero_ps();
+    for (int i = 0; i < d / 2; ++i) {
+      const __m512bh k = (__m512bh)_mm512_loadu_si512(kp + static_cast<size_t>(i) * bs * 2);
+      for (int g = 0; g < GC; ++g) {
+        const auto pair = reinterpret_cast<const int32_t*>(qb[g])[i];
+        s[g] = _mm512_dpbf16_ps(s[g], k, (__m512bh)_mm512_set1_epi32(pair));
+      }
+    }
+    const __mmask16 valid = static_cast<__mmask16>(n == B ? 0xFFFF : (1u << n) - 1);
+    for (int g = 0; g < GC; ++g) {
+      const __m512 sg = _mm512_mask_blend_ps(valid, _mm512_set1_ps(-3.0e38f), s[g]);
+      const float block_max = _mm512_reduce_max_ps(sg);
+      const float new_max = m[g] > block_max ? m[g] : block_max;
+      const float correction = attend_exp_scalar(m[g] - new_max);
+      const __m512 e = Vec512::exp(_mm512_sub_ps(sg, _mm512_set1_ps(new_max)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(pb[g]), (__m256i)_mm512_cvtneps_pbh(e));
+      l[g] = l[g] * correction + _mm512_reduce_add_ps(e);
+      m[g] = new_max;
+      if (correction != 1.0f)
+        for (int i = 0; i < dv; i += 16)
+          _mm512_storeu_ps(acc[g] + i, _mm512_mul_ps(_mm512_loadu_ps(acc[g] + i), _mm512_set1_ps(correction)));
+    }
+    const int pairs = (n + 1) / 2;  // a padding key has probability 0
+    for (int i = 0; i < dv; i += 16) {
+      __m512 o[GC];
+      for (int g = 0; g < GC; ++g) o[g] = _mm512_loadu_ps(acc[g] + i);
+      for (int j = 0; j < pairs; ++j) {
+        const __m512bh v = (__m512bh)_mm512_loadu_si512(vp + (static_cast<size_t>(j) * dv + i) * 2);
+        for (int g = 0; g < GC; ++g)
+          o[g] = _mm512_dpbf16_ps(o[g], v, (__m512bh)_mm512_set1_epi32(reinterpret_cast<const int32_t*>(pb[g])[j]));
+      }
+      for (int g = 0; g < GC; ++g) _mm512_storeu_ps(acc[g] + i, o[g]);
+    }
+  }
+  for (int g = 0; g < GC; ++g) {
+    const float inv = 1.0f / l[g];
+    for (int i = 0; i < dv; ++i) a.out[(g0 + g) * dv + i] = acc[g][i] * inv;
+  }
+}
+
+void attend_bf16(const AttendArgs& a) {
+  for (int g0 = 0; g0 < a.G; g0 += 8) {
+    switch (a.G - g0 < 8 ? a.G - g0 : 8) {
+      case 1: attend_bf16_chunk<1>(a, g0); break;
+      case 2: attend_bf16_chunk<2>(a, g0); break;
+      case 3: attend_bf16_chunk<3>(a, g0); break;
+      case 4: attend_bf16_chunk<4>(a, g0); break;
+      case 5: attend_bf16_chunk<5>(a, g0); break;
+      case 6: attend_bf16_chunk<6>(a, g0); break;
+      case 7: attend_bf16_chunk<7>(a, g0); break;
+      default: attend_bf16_chunk<8>(a, g0); break;
+    }
+  }
+}
+
+}  // namespace
+
+AttendFn attend_kernel_bf16_avx512() { return attend_bf16; }
+
+}  // namespace kestrel

@@ -18,14 +18,20 @@ WeightMatrix WeightMatrix::from(const TensorView& t, int64_t expert) {
 }
 
 float KvLayerView::load(const void* base, size_t i) const {
-  return type == KvType::F32 ? static_cast<const float*>(base)[i] : fp16_to_fp32(static_cast<const uint16_t*>(base)[i]);
+  switch (type) {
+    case KvType::F32: return static_cast<const float*>(base)[i];
+    case KvType::F16: return fp16_to_fp32(static_cast<const uint16_t*>(base)[i]);
+    case KvType::BF16: return bf16_to_fp32(static_cast<const uint16_t*>(base)[i]);
+  }
+  return 0;
 }
 
 void KvLayerView::store(void* base, size_t i, float x) const {
-  if (type == KvType::F32)
-    static_cast<float*>(base)[i] = x;
-  else
-    static_cast<uint16_t*>(base)[i] = fp32_to_fp16(x);
+  switch (type) {
+    case KvType::F32: static_cast<float*>(base)[i] = x; break;
+    case KvType::F16: static_cast<uint16_t*>(base)[i] = fp32_to_fp16(x); break;
+    case KvType::BF16: static_cast<uint16_t*>(base)[i] = fp32_to_bf16(x); break;
+  }
 }
 
 namespace ops {
