@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "compute/cpu/dot.h"
+#include "core/thread_pool.h"
 #include "compute/cpu/packed_matrix.h"
 #include "quant/quantize.h"
 
@@ -91,6 +92,17 @@ void BM_PackedGemm(benchmark::State& state, DType type, Isa isa, int n_tok, size
   state.counters["GOPS"] = benchmark::Counter(2.0 * n_in * n_rows * n_tok * state.iterations(),
                                               benchmark::Counter::kIsRate);
 }
+
+// Cost of one parallel_for round trip (wake the workers, run an empty body, wait for all): the barrier a
+// decode step pays once per matmul and attention call.
+void BM_ThreadPoolBarrier(benchmark::State& state) {
+  kestrel::ThreadPool pool(static_cast<int>(state.range(0)));
+  size_t sink = 0;
+  for (auto _ : state) {
+    pool.parallel_for(64, 1, [&](size_t begin, size_t end, int) { benchmark::DoNotOptimize(sink += end - begin); });
+  }
+}
+BENCHMARK(BM_ThreadPoolBarrier)->Arg(1)->Arg(2)->UseRealTime();
 
 void register_all() {
   for (Isa isa : kestrel::runnable_isas()) {
