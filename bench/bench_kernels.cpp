@@ -76,6 +76,10 @@ void BM_PackedGemm(benchmark::State& state, DType type, Isa isa, int n_tok, size
     kestrel::quantize_row(type, row.data(), w.data() + r * rb, n_in);
   }
   kestrel::WeightMatrix m{type, static_cast<int64_t>(n_in), static_cast<int64_t>(n_rows), w.data(), rb};
+  if (!kestrel::PackedMatrix::supports(type, n_in, n_rows, isa)) {
+    state.SkipWithError("no packed kernel for this type on this ISA");
+    return;
+  }
   const auto packed = kestrel::PackedMatrix::pack(m);
   std::vector<kestrel::BlockQ8A> xq(nb * n_tok);
   for (int t = 0; t < n_tok; ++t) {
@@ -107,7 +111,7 @@ BENCHMARK(BM_ThreadPoolBarrier)->Arg(1)->Arg(2)->UseRealTime();
 void register_all() {
   for (Isa isa : kestrel::runnable_isas()) {
     if (isa == Isa::Scalar) continue;
-    for (DType type : {DType::Q8_0, DType::Q4_0})
+    for (DType type : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K})
       for (size_t rows : {size_t{2048}, size_t{32768}})
         for (int n_tok : {1, 8, 64})
           benchmark::RegisterBenchmark((std::string("packed_gemm/") + kestrel::dtype_name(type) + "/" +

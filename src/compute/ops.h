@@ -96,6 +96,10 @@ namespace ops {
 
 // y[n_tok, w.n_out] = x[n_tok, w.n_in] . W^T
 void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, float* y, int n_tok);
+// ys[i][n_tok, ws[i].n_out] = x[n_tok, n_in] . Ws[i]^T for matrices sharing one input (q/k/v, gate/up):
+// the input is quantized once and all matrices run in one parallel pass.
+void matmul_many(ThreadPool& pool, std::span<const WeightMatrix> ws, const float* x, std::span<float* const> ys,
+                 int n_tok);
 
 // y[n_tok, n] = x / rms(x) * weight[n]; y may alias x.
 void rmsnorm(const float* x, const float* weight, float* y, int n_tok, int n, float eps);

@@ -19,9 +19,9 @@ void attention(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, con
   std::vector<float> k(static_cast<size_t>(n_tok) * Dkv);    // [n_tok, n_kv_heads, head_dim]
   std::vector<float> v(static_cast<size_t>(n_tok) * Dkv);    // [n_tok, n_kv_heads, head_dim]
   std::vector<float> attn(static_cast<size_t>(n_tok) * Dq);  // [n_tok, n_heads, head_dim]
-  ops::matmul(pool, pw.matrix(*L.wq), h, q.data(), n_tok);
-  ops::matmul(pool, pw.matrix(*L.wk), h, k.data(), n_tok);
-  ops::matmul(pool, pw.matrix(*L.wv), h, v.data(), n_tok);
+  const WeightMatrix qkv[] = {pw.matrix(*L.wq), pw.matrix(*L.wk), pw.matrix(*L.wv)};
+  float* const qkv_out[] = {q.data(), k.data(), v.data()};
+  ops::matmul_many(pool, qkv, h, qkv_out, n_tok);
   if (L.bq) {
     ops::add_bias(q.data(), floats(L.bq), n_tok, Dq);
     ops::add_bias(k.data(), floats(L.bk), n_tok, Dkv);
@@ -109,8 +109,9 @@ void ffn_dense(ThreadPool& pool, const WeightMatrix& gate, const WeightMatrix& u
                const float* h, float* out, int n_tok) {
   const size_t n = static_cast<size_t>(n_tok) * static_cast<size_t>(gate.n_out);
   std::vector<float> g(n), u(n);  // [n_tok, n_ff]
-  ops::matmul(pool, gate, h, g.data(), n_tok);
-  ops::matmul(pool, up, h, u.data(), n_tok);
+  const WeightMatrix gate_up[] = {gate, up};
+  float* const gate_up_out[] = {g.data(), u.data()};
+  ops::matmul_many(pool, gate_up, h, gate_up_out, n_tok);
   ops::silu_mul(g.data(), u.data(), n);
   ops::matmul(pool, down, g.data(), out, n_tok);
 }

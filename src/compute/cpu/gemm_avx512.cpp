@@ -57,13 +57,13 @@ template <int T>
 void tile_q4_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g) {
   const size_t nxb = nb * 8;  // activation blocks per token
   const __m512i m4 = _mm512_set1_epi8(0xF);
-  __m512 acc[T];
-  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  __m512 acc[T], acc_min[T];  // the min terms accumulate apart, off the main dependency chain
+  for (int t = 0; t < T; ++t) acc[t] = acc_min[t] = _mm512_setzero_ps();
   for (size_t b = 0; b < nb; ++b) {
     const uint8_t* blk = w.data + (static_cast<size_t>(g) * nb + b) * w.block_bytes;
     // Super-blocks are large: even one token has too few of them in the out-of-order window.
     for (size_t off = 0; off < w.block_bytes; off += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(blk + 2 * w.block_bytes + off), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(blk + 3 * w.block_bytes + off), _MM_HINT_T0);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
     const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32)));
     for (int j = 0; j < 8; ++j) {
@@ -87,11 +87,12 @@ void tile_q4_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
         }
         const __m512 dx = _mm512_set1_ps(xb.d);
         acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_mul_ps(sc, dx), acc[t]);
-        acc[t] = _mm512_fnmadd_ps(mn, _mm512_set1_ps(xb.d * static_cast<float>(xb.sum16[0] + xb.sum16[1])), acc[t]);
+        acc_min[t] = _mm512_fmadd_ps(mn, _mm512_set1_ps(xb.d * static_cast<float>(xb.sum16[0] + xb.sum16[1])), acc_min[t]);
       }
     }
   }
-  for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16, acc[t]);
+  for (int t = 0; t < T; ++t)
+    _mm512_storeu_ps(y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16, _mm512_sub_ps(acc[t], acc_min[t]));
 }
 
 template <int T>
@@ -104,7 +105,7 @@ void tile_q6_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
     const uint8_t* blk = w.data + (static_cast<size_t>(g) * nb + b) * w.block_bytes;
     // Super-blocks are large: even one token has too few of them in the out-of-order window.
     for (size_t off = 0; off < w.block_bytes; off += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(blk + 2 * w.block_bytes + off), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(blk + 3 * w.block_bytes + off), _MM_HINT_T0);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
     for (int j = 0; j < 8; ++j) {
       const __m512 sc0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(

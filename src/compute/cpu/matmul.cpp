@@ -1,7 +1,6 @@
-// Matrix multiplication against weight rows of any supported type.
-// Decode (few tokens): each thread streams its share of weight rows once and dots them with every token.
-// Prefill: rows are decoded a tile at a time into float scratch, so a quantized row is decoded once per
-// tile instead of once per token, and each token's activations stream past the tile.
+// Matrix multiplication against weight rows of any supported type (see docs/compute.md for the paths):
+// packed integer or BF16 GEMM, integer row dots, float row dots, and for many float tokens a tile of
+// decoded rows that the tokens stream past.
 #include <algorithm>
 #include <vector>
 
@@ -16,6 +15,36 @@ namespace {
 constexpr int kDirectMaxTokens = 4;  // up to this many tokens, dot the encoded rows directly
 constexpr int64_t kRowTile = 16;     // rows decoded together for prefill
 }  // namespace
+
+void matmul_many(ThreadPool& pool, std::span<const WeightMatrix> ws, const float* x, std::span<float* const> ys,
+                 int n_tok) {
+  // The fused path: every matrix packed with an 8-bit-activation layout over the same input width.
+  bool fused = ws.size() > 1;
+  for (const WeightMatrix& w : ws)
+    fused = fused && w.packed && w.packed->layout != PackedLayout::BF16x16 && w.n_in == ws[0].n_in;
+  if (!fused) {
+    for (size_t i = 0; i < ws.size(); ++i) matmul(pool, ws[i], x, ys[i], n_tok);
+    return;
+  }
+  const size_t n_in = static_cast<size_t>(ws[0].n_in), nb = n_in / 32;
+  std::vector<BlockQ8A> xq(static_cast<size_t>(n_tok) * nb);  // [n_tok, n_in / 32], quantized once for all
+  pool.parallel_for(static_cast<size_t>(n_tok), 1, [&](size_t begin, size_t end, int) {
+    for (size_t t = begin; t < end; ++t) quantize_activations_q8a(x + t * n_in, xq.data() + t * nb, n_in);
+  });
+  // One pass over the row groups of all matrices, so the threads meet once instead of once per matrix.
+  std::vector<size_t> first_group(ws.size() + 1, 0);  // [n_matrices + 1] prefix sums of group counts
+  for (size_t i = 0; i < ws.size(); ++i) first_group[i + 1] = first_group[i] + static_cast<size_t>(ws[i].packed->n_groups());
+  pool.parallel_for(first_group.back(), 1, [&](size_t begin, size_t end, int) {
+    for (size_t i = 0; i < ws.size(); ++i) {
+      const size_t b = std::max(begin, first_group[i]), e = std::min(end, first_group[i + 1]);
+      if (b >= e) continue;
+      const PackedMatrix& p = *ws[i].packed;
+      packed_gemm_kernel(p.layout, detected_isa())(p.view(), xq.data(), n_tok, ys[i], static_cast<size_t>(p.n_out),
+                                                   static_cast<int64_t>(b - first_group[i]),
+                                                   static_cast<int64_t>(e - first_group[i]));
+    }
+  });
+}
 
 void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, float* y, int n_tok) {
   const size_t n_in = static_cast<size_t>(w.n_in);
