@@ -10,13 +10,17 @@
 
 namespace kestrel {
 namespace {
-
-inline float hsum8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
+// u8 x s8 -> int32 via maddubs (pairs to int16; |pair sum| <= 2 * 255 * 127 fits) and madd with ones.
+inline __m256i dot_u8s8(__m256i u, __m256i s) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 }
+}  // namespace
+}  // namespace kestrel
+
+#include "compute/cpu/dot_q8_impl.h"
+
+namespace kestrel {
+namespace {
 
 inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
 
@@ -33,7 +37,7 @@ float dot_f32(const void* row, const float* x, size_t n) {
     a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 24), _mm256_loadu_ps(x + i + 24), a3);
   }
   for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
-  float s = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+  float s = hsum_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
   for (; i < n; ++i) s += w[i] * x[i];
   return s;
 }
@@ -48,7 +52,7 @@ float dot_f16(const void* row, const float* x, size_t n) {
     a1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i + 8))),
                          _mm256_loadu_ps(x + i + 8), a1);
   }
-  float s = hsum8(_mm256_add_ps(a0, a1));
+  float s = hsum_ps(_mm256_add_ps(a0, a1));
   for (; i < n; ++i) s += half_to_float(w[i]) * x[i];
   return s;
 }
@@ -66,7 +70,7 @@ float dot_bf16(const void* row, const float* x, size_t n) {
     a0 = _mm256_fmadd_ps(bf16x8_to_ps(w + i), _mm256_loadu_ps(x + i), a0);
     a1 = _mm256_fmadd_ps(bf16x8_to_ps(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
   }
-  float s = hsum8(_mm256_add_ps(a0, a1));
+  float s = hsum_ps(_mm256_add_ps(a0, a1));
   for (; i < n; ++i) {
     const uint32_t bits = static_cast<uint32_t>(w[i]) << 16;
     float f;
@@ -88,7 +92,7 @@ float dot_q8_0(const void* row, const float* x, size_t n) {
     s = _mm256_fmadd_ps(i8x8_to_ps(_mm_srli_si128(q1, 8)), _mm256_loadu_ps(x + 24), s);
     acc = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(b[i].d)), s, acc);
   }
-  return hsum8(acc);
+  return hsum_ps(acc);
 }
 
 float dot_q4_0(const void* row, const float* x, size_t n) {
@@ -105,7 +109,7 @@ float dot_q4_0(const void* row, const float* x, size_t n) {
     s = _mm256_fmadd_ps(i8x8_to_ps(_mm_srli_si128(hi, 8)), _mm256_loadu_ps(x + 24), s);
     acc = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(b[i].d)), s, acc);
   }
-  return hsum8(acc);
+  return hsum_ps(acc);
 }
 
 float dot_q4_k(const void* row, const float* x, size_t n) {
@@ -136,7 +140,7 @@ float dot_q4_k(const void* row, const float* x, size_t n) {
       acc_min = _mm256_fmadd_ps(_mm256_set1_ps(dmin * m1), x_lo, acc_min);
       acc_min = _mm256_fmadd_ps(_mm256_set1_ps(dmin * m2), x_hi, acc_min);
     }
-    total += hsum8(_mm256_sub_ps(acc, acc_min));
+    total += hsum_ps(_mm256_sub_ps(acc, acc_min));
   }
   return total;
 }
@@ -178,24 +182,10 @@ float dot_q6_k(const void* row, const float* x, size_t n) {
       }
     }
   }
-  return hsum8(acc);
+  return hsum_ps(acc);
 }
 
 }  // namespace
-}  // namespace kestrel
-
-namespace kestrel {
-namespace {
-// u8 x s8 -> int32 via maddubs (pairs to int16; |pair sum| <= 2 * 255 * 127 fits) and madd with ones.
-inline __m256i dot_u8s8(__m256i u, __m256i s) {
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
-}
-}  // namespace
-}  // namespace kestrel
-
-#include "compute/cpu/dot_q8_impl.h"
-
-namespace kestrel {
 
 DotQ8Fn dot_q8_kernel_avx2(DType type) { return dot_q8_table(type); }
 
