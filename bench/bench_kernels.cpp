@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "compute/cpu/dot.h"
+#include "compute/ops.h"
 #include "core/thread_pool.h"
 #include "compute/cpu/packed_matrix.h"
 #include "quant/quantize.h"
@@ -107,6 +108,31 @@ void BM_ThreadPoolBarrier(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_ThreadPoolBarrier)->Arg(1)->Arg(2)->UseRealTime();
+
+// Decode attention of one token over n_keys cached tokens, TinyLlama's geometry (32 query heads, 4 KV
+// heads, head width 64, 16-token pages), one thread, for each KV page type.
+void BM_AttentionDecode(benchmark::State& state, kestrel::KvType type) {
+  const int n_kv = 4, hd = 64, bs = 16, n_heads = 32, n_keys = static_cast<int>(state.range(0));
+  const int n_blocks = n_keys / bs;
+  const size_t elem = type == kestrel::KvType::F32 ? 4 : 2;
+  std::vector<uint8_t> k(static_cast<size_t>(n_blocks) * n_kv * bs * hd * elem, 0x11), v(k.size(), 0x11);
+  std::vector<int32_t> table(static_cast<size_t>(n_blocks));
+  for (int i = 0; i < n_blocks; ++i) table[static_cast<size_t>(i)] = i;
+  std::vector<float> q(static_cast<size_t>(n_heads) * hd, 0.01f), out(q.size());
+  const int32_t pos = n_keys - 1;
+  const int32_t* tables[1] = {table.data()};
+  const kestrel::AttentionRows rows{std::span<const int32_t>(&pos, 1), std::span<const int32_t* const>(tables, 1)};
+  const kestrel::KvLayerView kv{k.data(), v.data(), type, true, bs, n_kv, hd, hd, hd};
+  kestrel::ThreadPool pool(1);
+  for (auto _ : state) {
+    kestrel::ops::attention_paged(pool, q.data(), kv, rows, out.data(), 1, n_heads, 0.125f);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * 2 * k.size()));
+}
+BENCHMARK_CAPTURE(BM_AttentionDecode, f32, kestrel::KvType::F32)->Arg(512)->Arg(4096);
+BENCHMARK_CAPTURE(BM_AttentionDecode, f16, kestrel::KvType::F16)->Arg(512)->Arg(4096);
+BENCHMARK_CAPTURE(BM_AttentionDecode, bf16, kestrel::KvType::BF16)->Arg(512)->Arg(4096);
 
 void register_all() {
   for (Isa isa : kestrel::runnable_isas()) {
