@@ -122,7 +122,7 @@ void BM_AttentionDecode(benchmark::State& state, kestrel::KvType type) {
   const int32_t pos = n_keys - 1;
   const int32_t* tables[1] = {table.data()};
   const kestrel::AttentionRows rows{std::span<const int32_t>(&pos, 1), std::span<const int32_t* const>(tables, 1)};
-  const kestrel::KvLayerView kv{k.data(), v.data(), type, true, bs, n_kv, hd, hd, hd};
+  const kestrel::KvLayerView kv{k.data(), v.data(), type, true, bs, n_kv, hd, hd, hd, n_blocks};
   kestrel::ThreadPool pool(1);
   for (auto _ : state) {
     kestrel::ops::attention_paged(pool, q.data(), kv, rows, out.data(), 1, n_heads, 0.125f);

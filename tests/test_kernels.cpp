@@ -205,7 +205,7 @@ TEST(Kernels, PagedAttentionMatchesFullSoftmax) {
     SCOPED_TRACE("block_size " + std::to_string(bs) + " type " + std::to_string(static_cast<int>(type)));
     const size_t elems = static_cast<size_t>(n_blocks) * n_kv * bs * hd, bytes = elems * (type == KvType::F16 ? 2 : 4);
     std::vector<uint8_t> k(bytes), v(bytes);
-    KvLayerView kv{k.data(), v.data(), type, true, bs, n_kv, hd, hd, hd};
+    KvLayerView kv{k.data(), v.data(), type, true, bs, n_kv, hd, hd, hd, n_blocks};
     const auto kvals = random_vector(elems, 21), vvals = random_vector(elems, 22);
     for (int32_t blk = 0; blk < n_blocks; ++blk)
       for (int h = 0; h < n_kv; ++h)
@@ -238,7 +238,7 @@ TEST(Kernels, LatentAttentionWithValueInsideKeyRows) {
   ThreadPool pool(2);
   const int n_heads = 4, k_dim = 80, v_dim = 64, bs = 16, n_blocks = 3;
   std::vector<float> k = random_vector(static_cast<size_t>(n_blocks) * bs * k_dim, 31);
-  KvLayerView kv{k.data(), k.data(), KvType::F32, false, bs, 1, k_dim, v_dim, k_dim};
+  KvLayerView kv{k.data(), k.data(), KvType::F32, false, bs, 1, k_dim, v_dim, k_dim, n_blocks};
   const std::vector<int32_t> table = {2, 0, 1};
   const std::vector<int32_t> positions = {0, 15, 16, 40};
   const std::vector<const int32_t*> tables(positions.size(), table.data());

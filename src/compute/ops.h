@@ -36,7 +36,8 @@ enum class RopeStyle {
 // Element type of the KV cache pages. BF16 pages are laid out for BF16 dot products (see KvLayerView).
 enum class KvType { F32, F16, BF16 };
 
-// Paged K/V of one layer. Per page (block) and KV head:
+// Paged K/V of one layer, pages ordered [kv_head][block] (a sequence whose blocks were allocated in order
+// reads each head's pages as one stream). Per page (block) and KV head:
 //   K, row layout:        [block_size, k_dim]   (token rows)
 //   K, transposed layout: [k_dim, block_size]   (one row per dimension: the keys of a page side by side,
 //                                                 so attention scores a page with one vector op per dim)
@@ -55,6 +56,7 @@ struct KvLayerView {
   int k_dim = 0;
   int v_dim = 0;
   int v_stride = 0;
+  int32_t n_blocks = 0;  // pages per KV head: each head's pages lie together, in block-id order
 
   bool v_in_k() const { return v == k; }
   size_t element_bytes() const { return type == KvType::F32 ? 4 : 2; }
@@ -79,7 +81,8 @@ struct KvLayerView {
 
  private:
   size_t page(int32_t block, int kv_head) const {
-    return (static_cast<size_t>(block) * n_kv_heads + static_cast<size_t>(kv_head)) * static_cast<size_t>(block_size);
+    return (static_cast<size_t>(kv_head) * static_cast<size_t>(n_blocks) + static_cast<size_t>(block)) *
+           static_cast<size_t>(block_size);
   }
   float load(const void* base, size_t i) const;
   void store(void* base, size_t i, float x) const;

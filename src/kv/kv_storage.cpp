@@ -15,6 +15,7 @@ KvLayerView KvStorage::layer(int il) {
   view.k_transposed = !spec_.v_in_k;
   view.block_size = spec_.block_size;
   view.n_kv_heads = spec_.n_kv_heads;
+  view.n_blocks = spec_.n_blocks;
   view.k_dim = spec_.k_dim;
   view.v_dim = spec_.v_dim;
   view.v_stride = spec_.v_in_k ? spec_.k_dim : spec_.v_dim;

@@ -108,7 +108,7 @@ void attention_paged(ThreadPool& pool, const float* q, const KvLayerView& kv, co
       const int t = static_cast<int>(item / kv.n_kv_heads), h = static_cast<int>(item % kv.n_kv_heads);
       const size_t first_head = static_cast<size_t>(t) * n_heads + static_cast<size_t>(h) * group;
       const AttendArgs args{q + first_head * kv.k_dim, group, kv.k_dim, kv.v_dim, kv.k, kv.v, kv.v_stride,
-                            kv.block_size, kv.n_kv_heads, h, rows.block_tables[t], rows.positions[t] + 1, scale,
+                            kv.block_size, kv.n_blocks, h, rows.block_tables[t], rows.positions[t] + 1, scale,
                             out + first_head * kv.v_dim};
       attend_fn(args);
     }

@@ -71,12 +71,12 @@ void attend_bf16_chunk(const AttendArgs& a, int g0) {
   const auto* vbase = static_cast<const uint16_t*>(a.v);
   for (int start = 0; start < a.n_keys; start += B) {
     const int n = a.n_keys - start < B ? a.n_keys - start : B;
-    const size_t page = static_cast<size_t>(a.table[start / bs]) * a.n_kv_heads + a.kv_head;
+    const size_t page = static_cast<size_t>(a.kv_head) * a.n_blocks + a.table[start / bs];
     const int offset = start % bs;
     const uint16_t* kp = kbase + page * bs * d + offset * 2;             // pair rows [d / 2][bs][2]
     const uint16_t* vp = vbase + page * bs * dv + (offset / 2) * dv * 2;  // key-pair rows [bs / 2][dv][2]
     if (const int ahead = start + kAttendPrefetchTiles * B; ahead < a.n_keys && ahead % bs == 0) {
-      const size_t next = static_cast<size_t>(a.table[ahead / bs]) * a.n_kv_heads + a.kv_head;
+      const size_t next = static_cast<size_t>(a.kv_head) * a.n_blocks + a.table[ahead / bs];
       const char* kn = reinterpret_cast<const char*>(kbase + next * bs * d);
       const char* vn = reinterpret_cast<const char*>(vbase + next * bs * dv);
       for (size_t off = 0; off < 2u * bs * d; off += 64) _mm_prefetch(kn + off, _MM_HINT_T0);

@@ -19,7 +19,7 @@ struct AttendArgs {
   const void* v;         // layer V base: pages [block][kv_head][block_size][v_stride]
   int v_stride;
   int block_size;        // a multiple of kAttendTile
-  int n_kv_heads, kv_head;
+  int n_blocks, kv_head;  // pages per KV head (pages are ordered [kv_head][block]); this item's head
   const int32_t* table;  // the sequence's block table
   int n_keys;            // attend to positions [0, n_keys)
   float scale;
@@ -72,14 +72,14 @@ void attend_chunk(const AttendArgs& a, int g0) {
   const T* vbase = static_cast<const T*>(a.v);
   for (int start = 0; start < a.n_keys; start += B) {
     const int n = a.n_keys - start < B ? a.n_keys - start : B;
-    const size_t page = static_cast<size_t>(a.table[start / bs]) * a.n_kv_heads + a.kv_head;
+    const size_t page = static_cast<size_t>(a.kv_head) * a.n_blocks + a.table[start / bs];
     const int offset = start % bs;                 // this tile's first key within the page
     const T* kp = kbase + page * bs * d + offset;  // [d][bs], 16 columns used
     const T* vp = vbase + (page * bs + offset) * a.v_stride;  // [16][v_stride]
     // Pages lie anywhere in memory, so hardware prefetchers lose the stream at each page: fetch the K and V
     // of the page kAttendPrefetchTiles tiles ahead into L2 now.
     if (const int ahead = start + kAttendPrefetchTiles * B; ahead < a.n_keys && ahead % bs == 0) {
-      const size_t next = static_cast<size_t>(a.table[ahead / bs]) * a.n_kv_heads + a.kv_head;
+      const size_t next = static_cast<size_t>(a.kv_head) * a.n_blocks + a.table[ahead / bs];
       const char* kn = reinterpret_cast<const char*>(kbase + next * bs * d);
       const char* vn = reinterpret_cast<const char*>(vbase + next * bs * a.v_stride);
       for (size_t off = 0; off < sizeof(T) * bs * d; off += 64) __builtin_prefetch(kn + off, 0, 3);
