@@ -14,24 +14,24 @@ namespace kestrel::ops {
 namespace {
 constexpr int kDirectMaxTokens = 4;  // up to this many tokens, dot the encoded rows directly
 constexpr int64_t kRowTile = 16;     // rows decoded together for prefill
-}  // namespace
 
-void matmul_many(ThreadPool& pool, std::span<const WeightMatrix> ws, const float* x, std::span<float* const> ys,
-                 int n_tok) {
-  // The fused path: every matrix packed with an 8-bit-activation layout over the same input width.
-  bool fused = ws.size() > 1;
-  for (const WeightMatrix& w : ws)
-    fused = fused && w.packed && w.packed->layout != PackedLayout::BF16x16 && w.n_in == ws[0].n_in;
-  if (!fused) {
-    for (size_t i = 0; i < ws.size(); ++i) matmul(pool, ws[i], x, ys[i], n_tok);
-    return;
-  }
-  const size_t n_in = static_cast<size_t>(ws[0].n_in), nb = n_in / 32;
-  std::vector<BlockQ8A> xq(static_cast<size_t>(n_tok) * nb);  // [n_tok, n_in / 32], quantized once for all
+bool packed_q8(const WeightMatrix& w) { return w.packed && w.packed->layout != PackedLayout::BF16x16; }
+
+// xq[n_tok, n_in / 32] <- x[n_tok, n_in], one token per task.
+std::vector<BlockQ8A> quantize_rows(ThreadPool& pool, const float* x, size_t n_in, int n_tok) {
+  const size_t nb = n_in / 32;
+  std::vector<BlockQ8A> xq(static_cast<size_t>(n_tok) * nb);
   pool.parallel_for(static_cast<size_t>(n_tok), 1, [&](size_t begin, size_t end, int) {
     for (size_t t = begin; t < end; ++t) quantize_activations_q8a(x + t * n_in, xq.data() + t * nb, n_in);
   });
-  // One pass over the row groups of all matrices, so the threads meet once instead of once per matrix.
+  return xq;
+}
+
+// Packed integer GEMM for matrices sharing one input: the input is quantized once, and one parallel pass
+// walks the row groups of all matrices, so the threads meet once instead of once per matrix.
+void packed_q8_gemm(ThreadPool& pool, std::span<const WeightMatrix> ws, const float* x, std::span<float* const> ys,
+                    int n_tok) {
+  const std::vector<BlockQ8A> xq = quantize_rows(pool, x, static_cast<size_t>(ws[0].n_in), n_tok);
   std::vector<size_t> first_group(ws.size() + 1, 0);  // [n_matrices + 1] prefix sums of group counts
   for (size_t i = 0; i < ws.size(); ++i) first_group[i + 1] = first_group[i] + static_cast<size_t>(ws[i].packed->n_groups());
   pool.parallel_for(first_group.back(), 1, [&](size_t begin, size_t end, int) {
@@ -44,6 +44,16 @@ void matmul_many(ThreadPool& pool, std::span<const WeightMatrix> ws, const float
                                                    static_cast<int64_t>(e - first_group[i]));
     }
   });
+}
+
+}  // namespace
+
+void matmul_many(ThreadPool& pool, std::span<const WeightMatrix> ws, const float* x, std::span<float* const> ys,
+                 int n_tok) {
+  bool fused = !ws.empty();
+  for (const WeightMatrix& w : ws) fused = fused && packed_q8(w) && w.n_in == ws[0].n_in;
+  if (fused) return packed_q8_gemm(pool, ws, x, ys, n_tok);
+  for (size_t i = 0; i < ws.size(); ++i) matmul(pool, ws[i], x, ys[i], n_tok);
 }
 
 void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, float* y, int n_tok) {
@@ -62,28 +72,15 @@ void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, float* y, i
     });
     return;
   }
-  if (w.packed) {
-    // Packed 16-row groups: the integer GEMM kernel, threads splitting the row groups.
-    const size_t nb = n_in / 32;
-    std::vector<BlockQ8A> xq(static_cast<size_t>(n_tok) * nb);  // [n_tok, n_in / 32]
-    pool.parallel_for(static_cast<size_t>(n_tok), 1, [&](size_t begin, size_t end, int) {
-      for (size_t t = begin; t < end; ++t) quantize_activations_q8a(x + t * n_in, xq.data() + t * nb, n_in);
-    });
-    const PackedGemmFn gemm = packed_gemm_kernel(w.packed->layout, detected_isa());
-    const PackedView view = w.packed->view();
-    pool.parallel_for(static_cast<size_t>(w.packed->n_groups()), 1, [&](size_t begin, size_t end, int) {
-      gemm(view, xq.data(), n_tok, y, n_out, static_cast<int64_t>(begin), static_cast<int64_t>(end));
-    });
-    return;
+  if (packed_q8(w)) {
+    float* const outputs[1] = {y};
+    return packed_q8_gemm(pool, std::span<const WeightMatrix>(&w, 1), x, outputs, n_tok);
   }
   if (const DotQ8Fn dot_q8 = dot_q8_kernel(w.type)) {
     // Quantized weights: activations to 8-bit blocks once, then integer dots. Rows are walked in tiles
     // and tokens in groups of kDotQ8MaxTokens, so each weight row is decoded once per token group.
     const size_t nb = n_in / 32;
-    std::vector<BlockQ8A> xq(static_cast<size_t>(n_tok) * nb);  // [n_tok, n_in / 32]
-    pool.parallel_for(static_cast<size_t>(n_tok), 1, [&](size_t begin, size_t end, int) {
-      for (size_t t = begin; t < end; ++t) quantize_activations_q8a(x + t * n_in, xq.data() + t * nb, n_in);
-    });
+    const std::vector<BlockQ8A> xq = quantize_rows(pool, x, n_in, n_tok);  // [n_tok, n_in / 32]
     pool.parallel_for(n_out, kRowTile, [&](size_t begin, size_t end, int) {
       for (size_t r0 = begin; r0 < end; r0 += kRowTile) {
         const size_t r1 = std::min<size_t>(end, r0 + kRowTile);
