@@ -16,18 +16,39 @@ namespace {
 using kestrel::DType;
 using kestrel::Isa;
 
+// [n_rows, row bytes] of `type`: rows of N(0, 0.05) weights, quantized; rng advances.
+std::vector<uint8_t> random_weights(DType type, size_t n_in, size_t n_rows, std::mt19937& rng) {
+  const size_t rb = kestrel::row_bytes(type, n_in);
+  std::vector<uint8_t> w(rb * n_rows);
+  std::vector<float> row(n_in);
+  std::normal_distribution<float> dist(0, 0.05f);
+  for (size_t r = 0; r < n_rows; ++r) {
+    for (auto& v : row) v = dist(rng);
+    kestrel::quantize_row(type, row.data(), w.data() + r * rb, n_in);
+  }
+  return w;
+}
+
+// [n_tok, n_in / 32] 8-bit activation blocks of N(0, 1) values.
+std::vector<kestrel::BlockQ8A> random_q8_activations(size_t n_in, int n_tok, std::mt19937& rng) {
+  std::vector<kestrel::BlockQ8A> xq(n_in / 32 * static_cast<size_t>(n_tok));
+  std::vector<float> x(n_in);
+  std::normal_distribution<float> dist(0, 1);
+  for (int t = 0; t < n_tok; ++t) {
+    for (auto& v : x) v = dist(rng);
+    kestrel::quantize_activations_q8a(x.data(), xq.data() + t * (n_in / 32), n_in);
+  }
+  return xq;
+}
+
 void BM_MatVec(benchmark::State& state, DType type, Isa isa) {
   const size_t n_in = 2048, n_rows = 2048;  // one TinyLlama attention matrix
   const size_t rb = kestrel::row_bytes(type, n_in);
-  std::vector<uint8_t> w(rb * n_rows);      // [n_rows, row bytes]
-  std::vector<float> x(n_in), row(n_in);    // [n_in]
   std::mt19937 rng(1);
+  const std::vector<uint8_t> w = random_weights(type, n_in, n_rows, rng);  // [n_rows, row bytes]
+  std::vector<float> x(n_in);                                              // [n_in]
   std::normal_distribution<float> dist(0, 1);
   for (auto& v : x) v = dist(rng);
-  for (size_t r = 0; r < n_rows; ++r) {
-    for (auto& v : row) v = dist(rng) * 0.05f;
-    kestrel::quantize_row(type, row.data(), w.data() + r * rb, n_in);
-  }
   const kestrel::DotFn dot = kestrel::dot_kernel(type, isa);
   float sink = 0;
   for (auto _ : state) {
@@ -41,19 +62,9 @@ void BM_MatVec(benchmark::State& state, DType type, Isa isa) {
 void BM_MatVecQ8(benchmark::State& state, DType type, Isa isa, int n_tok) {
   const size_t n_in = 2048, n_rows = 2048, nb = n_in / 32;
   const size_t rb = kestrel::row_bytes(type, n_in);
-  std::vector<uint8_t> w(rb * n_rows);  // [n_rows, row bytes]
-  std::vector<float> x(n_in), row(n_in);
   std::mt19937 rng(1);
-  std::normal_distribution<float> dist(0, 1);
-  for (size_t r = 0; r < n_rows; ++r) {
-    for (auto& v : row) v = dist(rng) * 0.05f;
-    kestrel::quantize_row(type, row.data(), w.data() + r * rb, n_in);
-  }
-  std::vector<kestrel::BlockQ8A> xq(nb * n_tok);  // [n_tok, nb]
-  for (int t = 0; t < n_tok; ++t) {
-    for (auto& v : x) v = dist(rng);
-    kestrel::quantize_activations_q8a(x.data(), xq.data() + t * nb, n_in);
-  }
+  const std::vector<uint8_t> w = random_weights(type, n_in, n_rows, rng);       // [n_rows, row bytes]
+  const std::vector<kestrel::BlockQ8A> xq = random_q8_activations(n_in, n_tok, rng);  // [n_tok, nb]
   std::vector<float> out(n_rows * n_tok);
   const kestrel::DotQ8Fn dot = kestrel::dot_q8_kernel(type, isa);
   for (auto _ : state) {
@@ -66,27 +77,17 @@ void BM_MatVecQ8(benchmark::State& state, DType type, Isa isa, int n_tok) {
 // The packed integer GEMM (what matmul uses for Q4_0/Q8_0 weights): n_rows x 2048 weights against n_tok
 // tokens. 2048 rows fit in cache; 32768 rows (64 MiB of Q8_0) stream from memory.
 void BM_PackedGemm(benchmark::State& state, DType type, Isa isa, int n_tok, size_t n_rows) {
-  const size_t n_in = 2048, nb = n_in / 32;
+  const size_t n_in = 2048;
   const size_t rb = kestrel::row_bytes(type, n_in);
-  std::vector<uint8_t> w(rb * n_rows);
-  std::vector<float> row(n_in), x(n_in);
   std::mt19937 rng(1);
-  std::normal_distribution<float> dist(0, 1);
-  for (size_t r = 0; r < n_rows; ++r) {
-    for (auto& v : row) v = dist(rng) * 0.05f;
-    kestrel::quantize_row(type, row.data(), w.data() + r * rb, n_in);
-  }
+  const std::vector<uint8_t> w = random_weights(type, n_in, n_rows, rng);  // [n_rows, row bytes]
   kestrel::WeightMatrix m{type, static_cast<int64_t>(n_in), static_cast<int64_t>(n_rows), w.data(), rb};
   if (!kestrel::PackedMatrix::supports(type, n_in, n_rows, isa)) {
     state.SkipWithError("no packed kernel for this type on this ISA");
     return;
   }
   const auto packed = kestrel::PackedMatrix::pack(m);
-  std::vector<kestrel::BlockQ8A> xq(nb * n_tok);
-  for (int t = 0; t < n_tok; ++t) {
-    for (auto& v : x) v = dist(rng);
-    kestrel::quantize_activations_q8a(x.data(), xq.data() + t * nb, n_in);
-  }
+  const std::vector<kestrel::BlockQ8A> xq = random_q8_activations(n_in, n_tok, rng);  // [n_tok, nb]
   std::vector<float> y(n_rows * n_tok);
   const auto gemm = kestrel::packed_gemm_kernel(packed->layout, isa);
   for (auto _ : state) {

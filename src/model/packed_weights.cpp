@@ -44,11 +44,4 @@ WeightMatrix PackedWeights::matrix(const TensorView& t, int64_t expert) const {
   return m;
 }
 
-size_t PackedWeights::packed_bytes() const {
-  size_t total = 0;
-  for (const auto& [_, list] : packed_)
-    for (const PackedMatrix& p : list) total += p.bytes();
-  return total;
-}
-
 }  // namespace kestrel

@@ -17,7 +17,6 @@ class PackedWeights {
 
   // The matrix for tensor t (expert e of a 3-D tensor), with its packed copy attached when there is one.
   WeightMatrix matrix(const TensorView& t, int64_t expert = 0) const;
-  size_t packed_bytes() const;
 
  private:
   std::unordered_map<const TensorView*, std::vector<PackedMatrix>> packed_;  // tensor -> one per expert
