@@ -217,10 +217,14 @@ TEST(Kernels, PagedAttentionMatchesFullSoftmax) {
           }
     const std::vector<int32_t> table_a = {7, 2, 9, 0, 5, 1, 3, 4, 6, 8, 10, 11}, table_b = {1, 11, 3};
     std::vector<int32_t> positions = {0, 5, 17, 19, 3, 10};
-    if (bs >= 16) positions.push_back(bs * 12 - 1);  // the whole of sequence a
     std::vector<const int32_t*> tables = {table_a.data(), table_a.data(), table_a.data(), table_a.data(),
                                           table_b.data(), table_b.data()};
-    if (bs >= 16) tables.push_back(table_a.data());
+    // Around the kernel's 128-key softmax chunks, and the whole of sequence a.
+    if (bs >= 16)
+      for (int32_t pos : {126, 127, 128, 145, bs * 12 - 1}) {
+        positions.push_back(pos);
+        tables.push_back(table_a.data());
+      }
     const AttentionRows rows{positions, tables};
     const int n_tok = static_cast<int>(positions.size());
     const auto q = random_vector(static_cast<size_t>(n_tok) * n_heads * hd, 23, 0.3f);

@@ -26,6 +26,7 @@ struct AttendArgs {
   float* out;            // [G, dv]
 };
 constexpr int kAttendTile = 16;    // keys scored together (page sizes must be a multiple)
+constexpr int kAttendChunk = 128;  // keys per softmax update (a multiple of kAttendTile)
 constexpr int kAttendPrefetchTiles = 4;  // how far ahead pages are prefetched
 constexpr int kAttendMaxDim = 256;  // largest head width it handles (a multiple of 16)
 
@@ -53,14 +54,17 @@ inline float attend_exp_scalar(float x) {
 // V is the including file's vector type: V::W lanes, V::kMaxGroup heads per pass, and zero, set1,
 // load(float*), load(uint16_t*) (fp16 bits), store, add, sub, mul, fma(a, b, c) = a * b + c, max,
 // reduce_max, reduce_add, and exp (for arguments <= 0).
+// Keys are taken kAttendChunk at a time: the chunk's scores are computed tile by tile into a small buffer,
+// one softmax update covers the whole chunk (one max, one rescale of the accumulators), then its values are
+// accumulated with the heads' accumulators held in registers across the chunk's tiles.
 template <typename V, typename T, int GC>
 void attend_chunk(const AttendArgs& a, int g0) {
-  constexpr int B = kAttendTile, W = V::W, NV = B / W;  // vectors per 16-key tile
+  constexpr int B = kAttendTile, CK = kAttendChunk, W = V::W, NV = B / W;  // vectors per 16-key tile
   using vec = typename V::type;
   const int d = a.d, dv = a.dv, bs = a.block_size;
   alignas(64) float q[GC][kAttendMaxDim];
   alignas(64) float acc[GC][kAttendMaxDim];
-  alignas(64) float p[GC][B];  // probabilities of the current tile
+  alignas(64) float p[GC][CK];  // scores, then probabilities, of the current chunk
   float m[GC], l[GC];
   for (int g = 0; g < GC; ++g) {
     for (int i = 0; i < d; ++i) q[g][i] = a.q[(g0 + g) * d + i] * a.scale;
@@ -70,46 +74,54 @@ void attend_chunk(const AttendArgs& a, int g0) {
   }
   const T* kbase = static_cast<const T*>(a.k);
   const T* vbase = static_cast<const T*>(a.v);
-  for (int start = 0; start < a.n_keys; start += B) {
-    const int n = a.n_keys - start < B ? a.n_keys - start : B;
-    const size_t page = static_cast<size_t>(a.kv_head) * a.n_blocks + a.table[start / bs];
-    const int offset = start % bs;                 // this tile's first key within the page
-    const T* kp = kbase + page * bs * d + offset;  // [d][bs], 16 columns used
-    const T* vp = vbase + (page * bs + offset) * a.v_stride;  // [16][v_stride]
-    // Pages lie anywhere in memory, so hardware prefetchers lose the stream at each page: fetch the K and V
-    // of the page kAttendPrefetchTiles tiles ahead into L2 now.
-    if (const int ahead = start + kAttendPrefetchTiles * B; ahead < a.n_keys && ahead % bs == 0) {
-      const size_t next = static_cast<size_t>(a.kv_head) * a.n_blocks + a.table[ahead / bs];
-      const char* kn = reinterpret_cast<const char*>(kbase + next * bs * d);
-      const char* vn = reinterpret_cast<const char*>(vbase + next * bs * a.v_stride);
-      for (size_t off = 0; off < sizeof(T) * bs * d; off += 64) __builtin_prefetch(kn + off, 0, 3);
-      for (size_t off = 0; off < sizeof(T) * bs * a.v_stride; off += 64) __builtin_prefetch(vn + off, 0, 3);
-    }
-    // Scores: one vector op per dimension covers the tile's 16 keys for one head.
-    vec s[GC][NV];
-    for (int g = 0; g < GC; ++g)
-      for (int c = 0; c < NV; ++c) s[g][c] = V::zero();
-    for (int i = 0; i < d; ++i) {
-      vec k[NV];
-      for (int c = 0; c < NV; ++c) k[c] = V::load(kp + static_cast<size_t>(i) * bs + c * W);
-      for (int g = 0; g < GC; ++g) {
-        const vec qi = V::set1(q[g][i]);
-        for (int c = 0; c < NV; ++c) s[g][c] = V::fma(qi, k[c], s[g][c]);
+  const T* vtile[CK / B];  // [tiles] first V row of each tile of the chunk
+  for (int chunk = 0; chunk < a.n_keys; chunk += CK) {
+    const int n = a.n_keys - chunk < CK ? a.n_keys - chunk : CK;
+    const int tiles = (n + B - 1) / B;
+    for (int t = 0; t < tiles; ++t) {
+      const int start = chunk + t * B;
+      const size_t page = static_cast<size_t>(a.kv_head) * a.n_blocks + a.table[start / bs];
+      const int offset = start % bs;                 // this tile's first key within the page
+      const T* kp = kbase + page * bs * d + offset;  // [d][bs], 16 columns used
+      vtile[t] = vbase + (page * bs + offset) * a.v_stride;  // [16][v_stride]
+      // Pages lie anywhere in memory, so hardware prefetchers lose the stream at each page: fetch the K and
+      // V of the page kAttendPrefetchTiles tiles ahead into L2 now.
+      if (const int ahead = start + kAttendPrefetchTiles * B; ahead < a.n_keys && ahead % bs == 0) {
+        const size_t next = static_cast<size_t>(a.kv_head) * a.n_blocks + a.table[ahead / bs];
+        const char* kn = reinterpret_cast<const char*>(kbase + next * bs * d);
+        const char* vn = reinterpret_cast<const char*>(vbase + next * bs * a.v_stride);
+        for (size_t off = 0; off < sizeof(T) * bs * d; off += 64) __builtin_prefetch(kn + off, 0, 3);
+        for (size_t off = 0; off < sizeof(T) * bs * a.v_stride; off += 64) __builtin_prefetch(vn + off, 0, 3);
       }
+      // Scores: one vector op per dimension covers the tile's 16 keys for one head.
+      vec s[GC][NV];
+      for (int g = 0; g < GC; ++g)
+        for (int c = 0; c < NV; ++c) s[g][c] = V::zero();
+      for (int i = 0; i < d; ++i) {
+        vec k[NV];
+        for (int c = 0; c < NV; ++c) k[c] = V::load(kp + static_cast<size_t>(i) * bs + c * W);
+        for (int g = 0; g < GC; ++g) {
+          const vec qi = V::set1(q[g][i]);
+          for (int c = 0; c < NV; ++c) s[g][c] = V::fma(qi, k[c], s[g][c]);
+        }
+      }
+      for (int g = 0; g < GC; ++g)
+        for (int c = 0; c < NV; ++c) V::store(p[g] + t * B + c * W, s[g][c]);
     }
-    // Online softmax per head.
+    // One online-softmax update per head for the whole chunk.
+    const int padded = tiles * B;
     for (int g = 0; g < GC; ++g) {
-      for (int c = 0; c < NV; ++c) V::store(p[g] + c * W, s[g][c]);
-      for (int j = n; j < B; ++j) p[g][j] = -3.0e38f;  // keys past the end
+      for (int j = n; j < padded; ++j) p[g][j] = -3.0e38f;  // keys past the end
       vec mx = V::load(p[g]);
-      for (int c = 1; c < NV; ++c) mx = V::max(mx, V::load(p[g] + c * W));
-      const float block_max = V::reduce_max(mx);
-      const float new_max = m[g] > block_max ? m[g] : block_max;
+      for (int j = W; j < padded; j += W) mx = V::max(mx, V::load(p[g] + j));
+      const float chunk_max = V::reduce_max(mx);
+      const float new_max = m[g] > chunk_max ? m[g] : chunk_max;
       const float correction = attend_exp_scalar(m[g] - new_max);
+      const vec shift = V::set1(new_max);
       vec sum = V::zero();
-      for (int c = 0; c < NV; ++c) {
-        const vec e = V::exp(V::sub(V::load(p[g] + c * W), V::set1(new_max)));
-        V::store(p[g] + c * W, e);
+      for (int j = 0; j < padded; j += W) {
+        const vec e = V::exp(V::sub(V::load(p[g] + j), shift));
+        V::store(p[g] + j, e);
         sum = V::add(sum, e);
       }
       l[g] = l[g] * correction + V::reduce_add(sum);
@@ -117,13 +129,16 @@ void attend_chunk(const AttendArgs& a, int g0) {
       if (correction != 1.0f)
         for (int i = 0; i < dv; i += W) V::store(acc[g] + i, V::mul(V::load(acc[g] + i), V::set1(correction)));
     }
-    // Values: per W-wide slice of the value width, the heads' accumulators stay in registers.
+    // Values: per W-wide slice of the value width, the heads' accumulators stay in registers for the chunk.
     for (int i = 0; i < dv; i += W) {
       vec o[GC];
       for (int g = 0; g < GC; ++g) o[g] = V::load(acc[g] + i);
-      for (int j = 0; j < n; ++j) {
-        const vec v = V::load(vp + static_cast<size_t>(j) * a.v_stride + i);
-        for (int g = 0; g < GC; ++g) o[g] = V::fma(V::set1(p[g][j]), v, o[g]);
+      for (int t = 0; t < tiles; ++t) {
+        const int nt = n - t * B < B ? n - t * B : B;
+        for (int j = 0; j < nt; ++j) {
+          const vec v = V::load(vtile[t] + static_cast<size_t>(j) * a.v_stride + i);
+          for (int g = 0; g < GC; ++g) o[g] = V::fma(V::set1(p[g][t * B + j]), v, o[g]);
+        }
       }
       for (int g = 0; g < GC; ++g) V::store(acc[g] + i, o[g]);
     }
