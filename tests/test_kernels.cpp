@@ -166,6 +166,28 @@ TEST(Kernels, ActivationQuantizationRoundTrips) {
   }
 }
 
+// Each ISA's quantizer gives the reference's blocks bit for bit, including halfway cases (ties to even),
+// zero blocks and blocks whose largest magnitude is negative.
+TEST(Kernels, ActivationQuantizationKernelsMatchReference) {
+  auto x = random_vector(32 * 12, 61, 2.0f);
+  for (int i = 0; i < 32; ++i) x[i] = 0.0f;                       // an all-zero block
+  for (int i = 0; i < 32; ++i) x[32 + i] = i == 0 ? 127.0f : (i - 16) + 0.5f;  // scale 1: exact ties
+  for (int i = 0; i < 32; ++i) x[64 + i] = i == 5 ? -12.7f : 0.05f * i;
+  std::vector<BlockQ8A> want(x.size() / 32);
+  quantize_activations_q8a(x.data(), want.data(), x.size());
+  for (Isa isa : runnable_isas()) {
+    SCOPED_TRACE(isa_name(isa));
+    std::vector<BlockQ8A> got(want.size());
+    quantize_q8a_kernel(isa)(x.data(), got.data(), x.size());
+    for (size_t b = 0; b < want.size(); ++b) {
+      EXPECT_EQ(got[b].d, want[b].d) << b;
+      EXPECT_EQ(got[b].sum16[0], want[b].sum16[0]) << b;
+      EXPECT_EQ(got[b].sum16[1], want[b].sum16[1]) << b;
+      for (int i = 0; i < 32; ++i) ASSERT_EQ(got[b].qs[i], want[b].qs[i]) << b << " " << i;
+    }
+  }
+}
+
 TEST(Kernels, MatmulMatchesReference) {
   // Float weights are dotted with float activations; quantized weights with 8-bit activation blocks, so
   // their tolerance is a fraction of the sum of |terms| (the activation rounding).

@@ -14,32 +14,45 @@ namespace kestrel::ops {
 namespace {
 constexpr int kDirectMaxTokens = 4;  // up to this many tokens, dot the encoded rows directly
 constexpr int64_t kRowTile = 16;     // rows decoded together for prefill
+constexpr int kQuantizeInPassTokens = 8;  // up to this many tokens, each GEMM thread quantizes the input
 
 bool packed_q8(const WeightMatrix& w) { return w.packed && w.packed->layout != PackedLayout::BF16x16; }
 
 // xq[n_tok, n_in / 32] <- x[n_tok, n_in], one token per task.
 std::vector<BlockQ8A> quantize_rows(ThreadPool& pool, const float* x, size_t n_in, int n_tok) {
   const size_t nb = n_in / 32;
+  const QuantizeQ8AFn quantize = quantize_q8a_kernel(detected_isa());
   std::vector<BlockQ8A> xq(static_cast<size_t>(n_tok) * nb);
   pool.parallel_for(static_cast<size_t>(n_tok), 1, [&](size_t begin, size_t end, int) {
-    for (size_t t = begin; t < end; ++t) quantize_activations_q8a(x + t * n_in, xq.data() + t * nb, n_in);
+    for (size_t t = begin; t < end; ++t) quantize(x + t * n_in, xq.data() + t * nb, n_in);
   });
   return xq;
 }
 
 // Packed integer GEMM for matrices sharing one input: the input is quantized once, and one parallel pass
-// walks the row groups of all matrices, so the threads meet once instead of once per matrix.
+// walks the row groups of all matrices, so the threads meet once instead of once per matrix. For a few
+// tokens (decode) each thread quantizes the input itself inside that pass: it costs less than a separate
+// parallel pass, whose single task would leave the other threads waiting.
 void packed_q8_gemm(ThreadPool& pool, std::span<const WeightMatrix> ws, const float* x, std::span<float* const> ys,
                     int n_tok) {
-  const std::vector<BlockQ8A> xq = quantize_rows(pool, x, static_cast<size_t>(ws[0].n_in), n_tok);
+  const size_t n_in = static_cast<size_t>(ws[0].n_in), nb = n_in / 32;
+  const bool quantize_in_pass = n_tok <= kQuantizeInPassTokens;
+  const std::vector<BlockQ8A> shared_xq = quantize_in_pass ? std::vector<BlockQ8A>() : quantize_rows(pool, x, n_in, n_tok);
+  const QuantizeQ8AFn quantize = quantize_q8a_kernel(detected_isa());
   std::vector<size_t> first_group(ws.size() + 1, 0);  // [n_matrices + 1] prefix sums of group counts
   for (size_t i = 0; i < ws.size(); ++i) first_group[i + 1] = first_group[i] + static_cast<size_t>(ws[i].packed->n_groups());
   pool.parallel_for(first_group.back(), 1, [&](size_t begin, size_t end, int) {
+    std::vector<BlockQ8A> own_xq;  // [n_tok, nb] when quantized in this pass
+    if (quantize_in_pass) {
+      own_xq.resize(static_cast<size_t>(n_tok) * nb);
+      for (size_t t = 0; t < static_cast<size_t>(n_tok); ++t) quantize(x + t * n_in, own_xq.data() + t * nb, n_in);
+    }
+    const BlockQ8A* xq = quantize_in_pass ? own_xq.data() : shared_xq.data();
     for (size_t i = 0; i < ws.size(); ++i) {
       const size_t b = std::max(begin, first_group[i]), e = std::min(end, first_group[i + 1]);
       if (b >= e) continue;
       const PackedMatrix& p = *ws[i].packed;
-      packed_gemm_kernel(p.layout, detected_isa())(p.view(), xq.data(), n_tok, ys[i], static_cast<size_t>(p.n_out),
+      packed_gemm_kernel(p.layout, detected_isa())(p.view(), xq, n_tok, ys[i], static_cast<size_t>(p.n_out),
                                                    static_cast<int64_t>(b - first_group[i]),
                                                    static_cast<int64_t>(e - first_group[i]));
     }

@@ -25,4 +25,13 @@ void quantize_activations_q8a(const float* x, BlockQ8A* out, size_t n) {
   }
 }
 
+#if !defined(KESTREL_HAVE_X86_KERNELS)
+QuantizeQ8AFn quantize_q8a_kernel_avx512() { return nullptr; }
+#endif
+
+QuantizeQ8AFn quantize_q8a_kernel(Isa isa) {
+  QuantizeQ8AFn fn = isa >= Isa::Avx512 ? quantize_q8a_kernel_avx512() : nullptr;
+  return fn ? fn : quantize_activations_q8a;
+}
+
 }  // namespace kestrel

@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "compute/cpu/isa.h"
+
 namespace kestrel {
 
 struct BlockQ8A {
@@ -16,6 +18,12 @@ struct BlockQ8A {
 static_assert(sizeof(BlockQ8A) == 40);
 
 // out[n / 32] <- x[n]; n a multiple of 32. Round to nearest (ties to even), d = max|x| / 127.
+// The scalar reference; every ISA's kernel gives bit-identical blocks.
 void quantize_activations_q8a(const float* x, BlockQ8A* out, size_t n);
+
+using QuantizeQ8AFn = void (*)(const float* x, BlockQ8A* out, size_t n);
+// The fastest kernel for this ISA level (the reference where no vector kernel exists).
+QuantizeQ8AFn quantize_q8a_kernel(Isa isa);
+QuantizeQ8AFn quantize_q8a_kernel_avx512();  // nullptr where not built
 
 }  // namespace kestrel
