@@ -47,10 +47,20 @@ TEST(ThreadPool, CoversRangeExactlyOnce) {
     ThreadPool pool(threads);
     for (size_t n : {0u, 1u, 7u, 100u, 1001u}) {
       std::vector<std::atomic<int>> hits(n);
-      for (int rep = 0; rep < 50; ++rep)
-        pool.parallel_for(n, 4, [&](size_t b, size_t e, int) {
+      std::atomic<int> bad_thread{0};
+      for (int rep = 0; rep < 50; ++rep) {
+        // Alternate fixed and dynamic splits so each starts from the other's leftover state.
+        const auto body = [&](size_t b, size_t e, int thread) {
+          if (thread < 0 || thread >= threads || e - b > 4) ++bad_thread;
+          for (size_t i = b; i < e; ++i) ++hits[i];
+        };
+        if (rep % 2) pool.parallel_for_dynamic(n, 4, body);
+        else pool.parallel_for(n, 4, [&](size_t b, size_t e, int thread) {
+          if (thread < 0 || thread >= threads || b % 4 != 0) ++bad_thread;
           for (size_t i = b; i < e; ++i) ++hits[i];
         });
+      }
+      EXPECT_EQ(bad_thread.load(), 0);
       for (size_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 50) << threads << " threads, n=" << n << " i=" << i;
     }
   }

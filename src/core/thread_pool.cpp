@@ -23,6 +23,12 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::run_chunk(int thread_index) {
+  if (dynamic_) {
+    for (size_t begin = next_.fetch_add(grain_, std::memory_order_relaxed); begin < n_;
+         begin = next_.fetch_add(grain_, std::memory_order_relaxed))
+      (*body_)(begin, std::min(n_, begin + grain_), thread_index);
+    return;
+  }
   // Split [0, n_) into n_threads_ chunks aligned to grain_.
   const size_t n_grains = (n_ + grain_ - 1) / grain_;
   const size_t per = n_grains / n_threads_, extra = n_grains % n_threads_;
@@ -34,16 +40,28 @@ void ThreadPool::run_chunk(int thread_index) {
 }
 
 void ThreadPool::parallel_for(size_t n, size_t grain, const std::function<void(size_t, size_t, int)>& body) {
+  run(n, grain, false, body);
+}
+
+void ThreadPool::parallel_for_dynamic(size_t n, size_t chunk, const std::function<void(size_t, size_t, int)>& body) {
+  run(n, chunk, true, body);
+}
+
+void ThreadPool::run(size_t n, size_t grain, bool dynamic, const std::function<void(size_t, size_t, int)>& body) {
   if (n == 0) return;
+  grain = std::max<size_t>(1, grain);
   if (n_threads_ == 1 || n <= grain) {
-    body(0, n, 0);
+    if (!dynamic) return body(0, n, 0);
+    for (size_t begin = 0; begin < n; begin += grain) body(begin, std::min(n, begin + grain), 0);
     return;
   }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     body_ = &body;
     n_ = n;
-    grain_ = std::max<size_t>(1, grain);
+    grain_ = grain;
+    dynamic_ = dynamic;
+    next_.store(0, std::memory_order_relaxed);
     pending_.store(n_threads_ - 1);
     generation_.fetch_add(1, std::memory_order_release);
   }

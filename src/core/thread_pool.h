@@ -26,9 +26,15 @@ class ThreadPool {
   // and returns when all chunks are done. Chunk boundaries are multiples of `grain`.
   void parallel_for(size_t n, size_t grain, const std::function<void(size_t, size_t, int)>& body);
 
+  // Runs body over [0, n) in chunks of `chunk` that the threads take in turn as they finish, so a thread
+  // slowed by its core's other load does less of the work. For loops of many equal-cost items (the row
+  // groups of a GEMM). Each body call covers one chunk; a thread may make several calls.
+  void parallel_for_dynamic(size_t n, size_t chunk, const std::function<void(size_t, size_t, int)>& body);
+
  private:
   void worker_loop(int thread_index);
   void run_chunk(int thread_index);
+  void run(size_t n, size_t grain, bool dynamic, const std::function<void(size_t, size_t, int)>& body);
 
   int n_threads_;
   std::vector<std::thread> workers_;
@@ -41,6 +47,8 @@ class ThreadPool {
   const std::function<void(size_t, size_t, int)>* body_ = nullptr;
   size_t n_ = 0;
   size_t grain_ = 1;
+  bool dynamic_ = false;           // chunks taken from next_ instead of one fixed range per thread
+  std::atomic<size_t> next_{0};    // the next untaken item of a dynamic loop
 };
 
 }  // namespace kestrel

@@ -18,6 +18,12 @@ constexpr int kQuantizeInPassTokens = 8;  // up to this many tokens, each GEMM t
 
 bool packed_q8(const WeightMatrix& w) { return w.packed && w.packed->layout != PackedLayout::BF16x16; }
 
+// GEMM threads take chunks of row groups as they finish (about 8 per thread), so a thread whose core is
+// also busy with other work does less of the GEMM instead of holding the others at the barrier.
+size_t dynamic_chunk(const ThreadPool& pool, size_t n_groups) {
+  return std::max<size_t>(1, n_groups / (8 * static_cast<size_t>(pool.n_threads())));
+}
+
 // xq[n_tok, n_in / 32] <- x[n_tok, n_in], one token per task.
 std::vector<BlockQ8A> quantize_rows(ThreadPool& pool, const float* x, size_t n_in, int n_tok) {
   const size_t nb = n_in / 32;
@@ -41,13 +47,18 @@ void packed_q8_gemm(ThreadPool& pool, std::span<const WeightMatrix> ws, const fl
   const QuantizeQ8AFn quantize = quantize_q8a_kernel(detected_isa());
   std::vector<size_t> first_group(ws.size() + 1, 0);  // [n_matrices + 1] prefix sums of group counts
   for (size_t i = 0; i < ws.size(); ++i) first_group[i + 1] = first_group[i] + static_cast<size_t>(ws[i].packed->n_groups());
-  pool.parallel_for(first_group.back(), 1, [&](size_t begin, size_t end, int) {
-    std::vector<BlockQ8A> own_xq;  // [n_tok, nb] when quantized in this pass
+  const size_t n_groups = first_group.back(), chunk = dynamic_chunk(pool, n_groups);
+  std::vector<std::vector<BlockQ8A>> own_xq(quantize_in_pass ? pool.n_threads() : 0);  // per thread [n_tok, nb]
+  pool.parallel_for_dynamic(n_groups, chunk, [&](size_t begin, size_t end, int thread) {
+    const BlockQ8A* xq = shared_xq.data();
     if (quantize_in_pass) {
-      own_xq.resize(static_cast<size_t>(n_tok) * nb);
-      for (size_t t = 0; t < static_cast<size_t>(n_tok); ++t) quantize(x + t * n_in, own_xq.data() + t * nb, n_in);
+      std::vector<BlockQ8A>& own = own_xq[static_cast<size_t>(thread)];
+      if (own.empty()) {
+        own.resize(static_cast<size_t>(n_tok) * nb);
+        for (size_t t = 0; t < static_cast<size_t>(n_tok); ++t) quantize(x + t * n_in, own.data() + t * nb, n_in);
+      }
+      xq = own.data();
     }
-    const BlockQ8A* xq = quantize_in_pass ? own_xq.data() : shared_xq.data();
     for (size_t i = 0; i < ws.size(); ++i) {
       const size_t b = std::max(begin, first_group[i]), e = std::min(end, first_group[i + 1]);
       if (b >= e) continue;
@@ -80,7 +91,8 @@ void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, float* y, i
     });
     const PackedGemmBf16Fn gemm = packed_gemm_bf16_kernel(detected_isa());
     const PackedView view = w.packed->view();
-    pool.parallel_for(static_cast<size_t>(w.packed->n_groups()), 1, [&](size_t begin, size_t end, int) {
+    const size_t n_groups = static_cast<size_t>(w.packed->n_groups());
+    pool.parallel_for_dynamic(n_groups, dynamic_chunk(pool, n_groups), [&](size_t begin, size_t end, int) {
       gemm(view, xb.data(), n_tok, y, n_out, static_cast<int64_t>(begin), static_cast<int64_t>(end));
     });
     return;
