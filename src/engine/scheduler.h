@@ -1,0 +1,112 @@
+// Which tokens of which sequences run in the next forward pass. Plain integers: token ids, block ids and
+// counters, testable without a model.
+//
+// Continuous (in-flight) batching, the default: every step, running sequences go first in admission order
+// (a decode is one token, an unfinished prompt gets the next chunk), then waiting sequences join while the
+// step's token budget, the running-set limit and the free blocks allow. Prompts are cut into chunks so a
+// long prompt never stalls the decodes, and several prompts can be part-way at once. Waiting sequences
+// with the longest cached prefix go first, except that one passed over max_skips times goes first in
+// arrival order (aging). A sequence whose prompt continues into blocks another sequence is computing right
+// now waits for them rather than computing them twice.
+// When a running sequence needs a block and none is left, the most recently admitted sequence is preempted:
+// its blocks go back (computed full ones stay in the prefix cache) and it rejoins the front of the queue to
+// be recomputed; its tokens, generated ones included, are kept, so its output is unchanged.
+// Static and dynamic batching, for comparison: a batch is formed when batch_size sequences wait (static),
+// or when batch_size wait or the oldest has waited batch_wait_ms (dynamic); it runs to completion before
+// the next is formed.
+//
+// Contract: one thread calls everything. After schedule(), the caller copies the plan's blocks (KV of
+// src to dst) before running the forward, then calls commit(plan) before anything else.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <vector>
+
+#include "engine/sequence.h"
+#include "kv/block_pool.h"
+#include "kv/prefix_cache.h"
+
+namespace kestrel {
+
+enum class BatchPolicy { Continuous, Static, Dynamic };
+
+struct SchedulerConfig {
+  int32_t block_size = 16;
+  int32_t max_batch_tokens = 512;  // token budget of one step
+  int32_t max_running = 16;        // sequences in the running set at once
+  BatchPolicy policy = BatchPolicy::Continuous;
+  int32_t batch_size = 8;          // static and dynamic batching: sequences per batch
+  double batch_wait_ms = 100;      // dynamic batching: the longest the oldest request waits for a batch to fill
+  int32_t max_skips = 16;          // aging: after this many steps passed over, a request goes first
+};
+
+struct ScheduledChunk {
+  int64_t seq_id = 0;
+  int32_t start = 0;     // first position computed (== the sequence's n_computed)
+  int32_t n_tokens = 0;  // positions [start, start + n_tokens)
+  bool samples = false;  // the chunk reaches the end of the sequence: its last row's logits pick the next token
+};
+
+struct BlockCopy {
+  int32_t src = 0, dst = 0;  // copy every position of page src into page dst
+};
+
+struct StepPlan {
+  std::vector<BlockCopy> copies;  // run before the forward, in order
+  std::vector<ScheduledChunk> chunks;
+  std::vector<int64_t> preempted;  // sequences sent back to the queue this step
+  int32_t n_tokens() const;
+  bool empty() const { return chunks.empty(); }
+};
+
+class Scheduler {
+ public:
+  // cache may be null (prefix caching off); pool and cache must outlive the scheduler.
+  Scheduler(BlockPool& pool, PrefixCache* cache, const SchedulerConfig& config);
+
+  // Queues a sequence (tokens holds its prompt; n_prompt is set from it). Its id must be new.
+  void add(Sequence seq);
+  // A new running sequence sharing every block of the running sequence `parent` (n > 1 sampling); a
+  // block both will write is copied first (copy-on-write). Returns the child, or null if parent is not running.
+  Sequence* fork(int64_t parent, int64_t child_id);
+
+  StepPlan schedule(double now_ms);
+  void commit(const StepPlan& plan);
+
+  // After commit: a sequence whose chunk sampled gets its new token.
+  void append_token(int64_t id, int32_t token);
+  // Finished or cancelled: its blocks go back (computed full ones stay cached) and it is forgotten.
+  void finish(int64_t id);
+
+  Sequence* find(int64_t id);
+  size_t n_waiting() const { return waiting_.size(); }
+  size_t n_running() const { return running_.size(); }
+  bool has_work() const { return !waiting_.empty() || !running_.empty(); }
+  int64_t n_preemptions() const { return n_preemptions_; }
+  const SchedulerConfig& config() const { return config_; }
+
+ private:
+  bool batch_ready(double now_ms) const;
+  bool admit(Sequence& seq, int32_t& budget, StepPlan& plan);
+  bool grow(Sequence& seq, int32_t n_new, StepPlan& plan);
+  int32_t room(const Sequence& seq) const;  // tokens it can add with the blocks available now
+  void preempt(Sequence& seq, StepPlan& plan);
+  void release_blocks(Sequence& seq);
+  void publish(const Sequence& seq);
+  int32_t lookup_length(const Sequence& seq);
+
+  BlockPool& pool_;
+  PrefixCache* cache_;
+  SchedulerConfig config_;
+  std::map<int64_t, Sequence> seqs_;
+  std::deque<int64_t> waiting_;  // ids, queue order
+  std::vector<int64_t> running_;  // ids, admission order
+  std::vector<int32_t> copy_sources_;  // partial-match blocks retained until commit
+  int64_t next_arrival_ = 0;
+  double last_arrival_ms_ = 0;
+  int32_t batch_quota_ = 0;  // sequences that may still join the current batch
+  int64_t n_preemptions_ = 0;
+};
+
+}  // namespace kestrel

@@ -1,0 +1,214 @@
+// The scheduler on toy pools, without a model: chunked prefill, decodes first, waiting for a prefix being
+// computed, preemption and resume, aging, copy-on-write forks, and the static/dynamic batch policies.
+#include <numeric>
+
+#include "engine/scheduler.h"
+#include "test_support.h"
+
+namespace kestrel {
+namespace {
+
+Sequence make_seq(int64_t id, int32_t n_prompt, int32_t first_token = 100, double arrival_ms = 0) {
+  Sequence s;
+  s.id = id;
+  s.tokens.resize(static_cast<size_t>(n_prompt));
+  std::iota(s.tokens.begin(), s.tokens.end(), first_token);
+  s.arrival_ms = arrival_ms;
+  return s;
+}
+
+// Runs a plan as the engine would (commit, then a token for each sampling chunk).
+void run(Scheduler& s, const StepPlan& plan, int32_t token = 7) {
+  s.commit(plan);
+  for (const ScheduledChunk& c : plan.chunks)
+    if (c.samples) s.append_token(c.seq_id, token);
+}
+
+std::vector<std::pair<int64_t, int32_t>> chunks(const StepPlan& plan) {
+  std::vector<std::pair<int64_t, int32_t>> out;
+  for (const ScheduledChunk& c : plan.chunks) out.emplace_back(c.seq_id, c.n_tokens);
+  return out;
+}
+
+using Chunks = std::vector<std::pair<int64_t, int32_t>>;
+
+TEST(Scheduler, ChunkedPrefillRunsBesideDecodes) {
+  BlockPool pool(32);
+  SchedulerConfig config;
+  config.max_batch_tokens = 32;
+  Scheduler s(pool, nullptr, config);
+  s.add(make_seq(1, 10));
+  StepPlan p = s.schedule(0);
+  EXPECT_EQ(chunks(p), (Chunks{{1, 10}}));
+  EXPECT_TRUE(p.chunks[0].samples);
+  run(s, p);
+  s.add(make_seq(2, 70));
+  // The decode goes first; the long prompt takes the rest of the budget, chunk by chunk.
+  p = s.schedule(0);
+  EXPECT_EQ(chunks(p), (Chunks{{1, 1}, {2, 31}}));
+  EXPECT_FALSE(p.chunks[1].samples);
+  run(s, p);
+  p = s.schedule(0);
+  EXPECT_EQ(chunks(p), (Chunks{{1, 1}, {2, 31}}));
+  run(s, p);
+  p = s.schedule(0);
+  EXPECT_EQ(chunks(p), (Chunks{{1, 1}, {2, 8}}));
+  EXPECT_TRUE(p.chunks[1].samples);
+  EXPECT_EQ(p.chunks[1].start, 62);
+  run(s, p);
+  EXPECT_EQ(s.find(2)->n_computed, 70);
+  EXPECT_EQ(s.find(2)->n_tokens(), 71);
+  s.finish(1);
+  s.finish(2);
+  EXPECT_EQ(pool.n_free(), 32);
+}
+
+TEST(Scheduler, SharedPromptIsComputedOnceAndOthersWaitForIt) {
+  BlockPool pool(64);
+  PrefixCache cache(pool, 16);
+  Scheduler s(pool, &cache, SchedulerConfig{});
+  // Three requests with a 64-token common prefix and 8 unique tokens each, arriving together.
+  for (int64_t id = 1; id <= 3; ++id) {
+    Sequence seq = make_seq(id, 64);
+    for (int i = 0; i < 8; ++i) seq.tokens.push_back(1000 * static_cast<int32_t>(id) + i);
+    s.add(std::move(seq));
+  }
+  StepPlan p = s.schedule(0);
+  EXPECT_EQ(chunks(p), (Chunks{{1, 72}}));  // the others wait for its four shared blocks
+  EXPECT_EQ(s.n_waiting(), 2u);
+  run(s, p);
+  p = s.schedule(0);
+  EXPECT_EQ(chunks(p), (Chunks{{1, 1}, {2, 8}, {3, 8}}));
+  EXPECT_EQ(s.find(2)->n_cached_prompt, 64);
+  EXPECT_EQ(s.find(2)->table.ids(), (std::vector<int32_t>{0, 1, 2, 3, 5}));
+  EXPECT_EQ(s.find(3)->table.ids(), (std::vector<int32_t>{0, 1, 2, 3, 6}));
+  for (int32_t b : {0, 1, 2, 3}) EXPECT_EQ(pool.ref_count(b), 3);
+  run(s, p);
+  for (int64_t id = 1; id <= 3; ++id) s.finish(id);
+  EXPECT_EQ(pool.n_in_use(), 0);
+  EXPECT_EQ(pool.n_cached(), 4);
+  EXPECT_EQ(pool.n_free() + pool.n_cached(), 64);
+}
+
+TEST(Scheduler, PreemptsNewestWhenBlocksRunOutAndResumesWithTheSameTokens) {
+  BlockPool pool(6);  // 24 tokens of 4-token pages
+  SchedulerConfig config;
+  config.block_size = 4;
+  Scheduler s(pool, nullptr, config);
+  s.add(make_seq(1, 8));
+  s.add(make_seq(2, 8, 500));
+  StepPlan p = s.schedule(0);
+  EXPECT_EQ(chunks(p), (Chunks{{1, 8}, {2, 8}}));
+  run(s, p);
+  // Each decode step adds a token; at 12 tokens each the pool (6 blocks) is full.
+  for (int step = 0; step < 4; ++step) {
+    p = s.schedule(0);
+    ASSERT_TRUE(p.preempted.empty());
+    run(s, p);
+  }
+  EXPECT_EQ(s.find(1)->n_tokens(), 13);
+  p = s.schedule(0);  // both need a fourth block: the newer one gives its blocks up
+  EXPECT_EQ(p.preempted, (std::vector<int64_t>{2}));
+  EXPECT_EQ(chunks(p), (Chunks{{1, 1}}));
+  EXPECT_EQ(s.find(2)->status, SequenceStatus::Waiting);
+  EXPECT_EQ(s.find(2)->n_tokens(), 13);  // its generated tokens are kept
+  EXPECT_EQ(s.find(2)->n_computed, 0);
+  EXPECT_EQ(s.n_preemptions(), 1);
+  run(s, p);
+  s.finish(1);
+  p = s.schedule(0);  // recomputed from the start, then it samples its next token
+  EXPECT_EQ(chunks(p), (Chunks{{2, 13}}));
+  EXPECT_TRUE(p.chunks[0].samples);
+  run(s, p);
+  s.finish(2);
+  EXPECT_EQ(pool.n_free(), 6);
+}
+
+TEST(Scheduler, CacheFriendlyOrderAgesSoNothingStarves) {
+  BlockPool pool(64);
+  PrefixCache cache(pool, 4);
+  SchedulerConfig config;
+  config.block_size = 4;
+  config.max_running = 1;
+  config.max_skips = 2;
+  Scheduler s(pool, &cache, config);
+  s.add(make_seq(1, 8));
+  run(s, s.schedule(0));
+  s.finish(1);  // its 8 tokens stay cached
+  s.add(make_seq(2, 8, 700));   // nothing cached
+  s.add(make_seq(3, 12));       // 8 cached tokens
+  s.add(make_seq(4, 12));       // 8 cached tokens
+  s.add(make_seq(5, 12));
+  std::vector<int64_t> order;
+  while (s.has_work()) {
+    StepPlan p = s.schedule(0);
+    for (const ScheduledChunk& c : p.chunks) order.push_back(c.seq_id);
+    s.commit(p);
+    for (const ScheduledChunk& c : p.chunks) s.finish(c.seq_id);
+  }
+  // 3 and 4 jump ahead of 2 by their cache hits, then 2 has been passed over twice and goes first.
+  EXPECT_EQ(order, (std::vector<int64_t>{3, 4, 2, 5}));
+}
+
+TEST(Scheduler, ForksShareBlocksAndCopyTheOneTheyWrite) {
+  BlockPool pool(8);
+  SchedulerConfig config;
+  config.block_size = 4;
+  Scheduler s(pool, nullptr, config);
+  s.add(make_seq(1, 6));
+  run(s, s.schedule(0));
+  ASSERT_NE(s.fork(1, 2), nullptr);
+  EXPECT_EQ(s.find(2)->table.ids(), (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(pool.ref_count(0), 2);
+  EXPECT_EQ(pool.ref_count(1), 2);
+  s.append_token(2, 9);
+  const StepPlan p = s.schedule(0);
+  // Both write position 6 in the shared block 1: the first to write takes a copy.
+  ASSERT_EQ(p.copies.size(), 1u);
+  EXPECT_EQ(p.copies[0].src, 1);
+  EXPECT_EQ(p.copies[0].dst, 2);
+  EXPECT_EQ(s.find(1)->table.ids(), (std::vector<int32_t>{0, 2}));
+  EXPECT_EQ(s.find(2)->table.ids(), (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(pool.ref_count(0), 2);
+  EXPECT_EQ(pool.ref_count(1), 1);
+  s.commit(p);
+  s.finish(1);
+  s.finish(2);
+  EXPECT_EQ(pool.n_free(), 8);
+}
+
+TEST(Scheduler, StaticAndDynamicBatchesRunToCompletion) {
+  for (BatchPolicy policy : {BatchPolicy::Static, BatchPolicy::Dynamic}) {
+    BlockPool pool(64);
+    SchedulerConfig config;
+    config.policy = policy;
+    config.batch_size = 2;
+    config.batch_wait_ms = 50;
+    Scheduler s(pool, nullptr, config);
+    s.add(make_seq(1, 4, 100, 0));
+    EXPECT_TRUE(s.schedule(10).empty());  // waits for a second request
+    s.add(make_seq(2, 4, 100, 20));
+    StepPlan p = s.schedule(30);
+    EXPECT_EQ(chunks(p), (Chunks{{1, 4}, {2, 4}}));
+    run(s, p);
+    s.add(make_seq(3, 4, 100, 40));
+    s.add(make_seq(4, 4, 100, 40));
+    p = s.schedule(45);  // the running batch finishes first: no one joins it
+    EXPECT_EQ(chunks(p), (Chunks{{1, 1}, {2, 1}}));
+    run(s, p);
+    s.finish(1);
+    s.finish(2);
+    p = s.schedule(50);
+    EXPECT_EQ(chunks(p), (Chunks{{3, 4}, {4, 4}}));
+    run(s, p);
+    s.finish(3);
+    s.finish(4);
+    // A lone request: dynamic batching runs it once it waited batch_wait_ms; static once arrivals stop.
+    s.add(make_seq(5, 4, 100, 100));
+    EXPECT_TRUE(s.schedule(120).empty());
+    EXPECT_EQ(chunks(s.schedule(151)), (Chunks{{5, 4}}));
+  }
+}
+
+}  // namespace
+}  // namespace kestrel
