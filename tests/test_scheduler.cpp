@@ -86,7 +86,8 @@ TEST(Scheduler, SharedPromptIsComputedOnceAndOthersWaitForIt) {
   run(s, p);
   for (int64_t id = 1; id <= 3; ++id) s.finish(id);
   EXPECT_EQ(pool.n_in_use(), 0);
-  EXPECT_EQ(pool.n_cached(), 4);
+  EXPECT_EQ(pool.n_cached(), 7);  // the four shared blocks and each sequence's partly filled tail
+  EXPECT_EQ(pool.cached_lru(), (std::vector<int32_t>{4, 5, 6, 3, 2, 1, 0}));
   EXPECT_EQ(pool.n_free() + pool.n_cached(), 64);
 }
 

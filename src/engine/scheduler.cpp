@@ -58,6 +58,11 @@ Sequence* Scheduler::fork(int64_t parent_id, int64_t child_id) {
   return &seqs_.emplace(child_id, std::move(child)).first->second;
 }
 
+const Sequence* Scheduler::find(int64_t id) const {
+  const auto it = seqs_.find(id);
+  return it == seqs_.end() ? nullptr : &it->second;
+}
+
 void Scheduler::release_blocks(Sequence& seq) {
   if (cache_) cache_->abandon(seq.table.ids());
   seq.table.release_all(pool_);
@@ -254,6 +259,15 @@ void Scheduler::append_token(int64_t id, int32_t token) {
 void Scheduler::finish(int64_t id) {
   Sequence* seq = find(id);
   if (!seq) return;
+  // Its computed tail (the part of the last block it filled) stays cached too, as a partial run.
+  const int32_t bs = config_.block_size;
+  if (cache_ && seq->status == SequenceStatus::Running && seq->n_computed % bs != 0) {
+    const size_t n_blocks = static_cast<size_t>(seq->n_computed / bs + 1);
+    if (n_blocks <= seq->table.ids().size())
+      cache_->insert(std::span<const int32_t>(seq->tokens).first(static_cast<size_t>(seq->n_computed)),
+                     std::span<const int32_t>(seq->table.ids()).first(n_blocks), static_cast<int32_t>(n_blocks),
+                     seq->cache_salt);
+  }
   release_blocks(*seq);
   if (seq->status == SequenceStatus::Running) running_.erase(std::find(running_.begin(), running_.end(), id));
   if (seq->status == SequenceStatus::Waiting) waiting_.erase(std::find(waiting_.begin(), waiting_.end(), id));

@@ -80,8 +80,10 @@ class Scheduler {
   void finish(int64_t id);
 
   Sequence* find(int64_t id);
+  const Sequence* find(int64_t id) const;
   size_t n_waiting() const { return waiting_.size(); }
   size_t n_running() const { return running_.size(); }
+  const std::vector<int64_t>& running_ids() const { return running_; }
   bool has_work() const { return !waiting_.empty() || !running_.empty(); }
   int64_t n_preemptions() const { return n_preemptions_; }
   const SchedulerConfig& config() const { return config_; }

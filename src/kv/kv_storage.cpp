@@ -1,10 +1,29 @@
 #include "kv/kv_storage.h"
 
+#include <cstring>
+
 namespace kestrel {
 
 KvStorage::KvStorage(const KvCacheSpec& spec) : spec_(spec) {
   k_.assign(spec.elements_per_layer_k() * spec.n_layers * spec.element_bytes(), 0);
   v_.assign(spec.elements_per_layer_v() * spec.n_layers * spec.element_bytes(), 0);
+}
+
+void KvStorage::copy_block(int32_t src, int32_t dst) {
+  for (int il = 0; il < spec_.n_layers; ++il) {
+    const KvLayerView view = layer(il);
+    const size_t k_bytes = static_cast<size_t>(spec_.block_size) * spec_.k_dim * spec_.element_bytes();
+    const size_t v_bytes = static_cast<size_t>(spec_.block_size) * view.v_stride * spec_.element_bytes();
+    for (int h = 0; h < spec_.n_kv_heads; ++h) {
+      auto* k = static_cast<uint8_t*>(view.k);
+      std::memcpy(k + view.k_page(dst, h) * spec_.element_bytes(), k + view.k_page(src, h) * spec_.element_bytes(),
+                  k_bytes);
+      if (spec_.v_in_k) continue;
+      auto* v = static_cast<uint8_t*>(view.v);
+      std::memcpy(v + view.v_page(dst, h) * spec_.element_bytes(), v + view.v_page(src, h) * spec_.element_bytes(),
+                  v_bytes);
+    }
+  }
 }
 
 KvLayerView KvStorage::layer(int il) {

@@ -33,6 +33,9 @@ class KvStorage {
   explicit KvStorage(const KvCacheSpec& spec);
   const KvCacheSpec& spec() const { return spec_; }
   KvLayerView layer(int il);
+  // Copies every position of page src into page dst, in every layer and KV head (copy-on-write, and
+  // prefix-cache hits that end inside a page).
+  void copy_block(int32_t src, int32_t dst);
 
  private:
   KvCacheSpec spec_;

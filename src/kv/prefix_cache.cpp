@@ -60,7 +60,7 @@ PrefixMatch PrefixCache::lookup(std::span<const int32_t> tokens, const std::stri
     const size_t want = std::min(bs, limit - pos);
     for (const auto& [run, child] : node->children) {
       size_t common = 0;
-      while (common < want && run[common] == tokens[pos + common]) ++common;
+      while (common < want && common < run.size() && run[common] == tokens[pos + common]) ++common;
       if (common == 0) continue;
       if (!child->ready) {
         // Another sequence is computing a block that shares this run: wait for it when it covers all of it.
@@ -85,8 +85,9 @@ void PrefixCache::insert(std::span<const int32_t> tokens, std::span<const int32_
                          const std::string& salt) {
   const size_t bs = static_cast<size_t>(block_size_);
   Node* node = &root(salt);
-  for (size_t i = 0; i < blocks.size() && (i + 1) * bs <= tokens.size(); ++i) {
-    std::vector<int32_t> run(tokens.begin() + i * bs, tokens.begin() + (i + 1) * bs);
+  for (size_t i = 0; i < blocks.size() && i * bs < tokens.size(); ++i) {
+    const size_t end = std::min(tokens.size(), (i + 1) * bs);  // a partial run only as the last block
+    std::vector<int32_t> run(tokens.begin() + i * bs, tokens.begin() + end);
     const bool ready = static_cast<int32_t>(i) < n_ready;
     auto child = node->children.find(run);
     if (child == node->children.end()) {

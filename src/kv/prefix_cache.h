@@ -51,9 +51,11 @@ class PrefixCache {
   // (blocks and partial_block are then not retained, and the caller must not use them).
   PrefixMatch lookup(std::span<const int32_t> tokens, const std::string& salt, int32_t max_tokens, bool retain);
 
-  // Registers the sequence's full blocks: blocks[i] holds tokens[i * block_size, (i + 1) * block_size).
-  // Blocks below n_ready are ready, the rest pending (owned by the caller). Blocks whose run is already
-  // registered under another block are skipped (the sequence keeps its own copy, unregistered).
+  // Registers the sequence's blocks: blocks[i] holds tokens[i * block_size, (i + 1) * block_size). When
+  // tokens ends inside the last block, that block is registered with its partial run (a leaf, found only
+  // by partial matches): a finished sequence's tail is reused too. Blocks below n_ready are ready, the rest
+  // pending (owned by the caller). Blocks whose run is already registered under another block are skipped
+  // (the sequence keeps its own copy, unregistered).
   void insert(std::span<const int32_t> tokens, std::span<const int32_t> blocks, int32_t n_ready,
               const std::string& salt);
   // The block's KV is now computed (no-op unless it is a registered pending block).
