@@ -3,7 +3,7 @@
 set -euo pipefail
 packages=(
   build-essential cmake pkg-config git
-  nlohmann-json3-dev libcli11-dev libpcre2-dev
+  nlohmann-json3-dev libcli11-dev libpcre2-dev libcpp-httplib-dev
   libgtest-dev libbenchmark-dev
   clang libclang-rt-14-dev  # libFuzzer target and its sanitizer runtimes
 )

@@ -17,6 +17,7 @@ void add_tokenize(CLI::App& app, Action& run);
 void add_logits(CLI::App& app, Action& run);
 void add_make_model(CLI::App& app, Action& run);
 void add_bench(CLI::App& app, Action& run);
+void add_serve(CLI::App& app, Action& run);
 
 int default_threads();
 // --cache-type-k / --cache-type-v (f16 or f32; K and V share one type), llama.cpp's long names.

@@ -1,5 +1,8 @@
 // kestrel: run and inspect large language models.
+#include <algorithm>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "common.h"
 
@@ -13,8 +16,14 @@ int main(int argc, char** argv) {
   kestrel::cli::add_logits(app, run);
   kestrel::cli::add_make_model(app, run);
   kestrel::cli::add_bench(app, run);
+  kestrel::cli::add_serve(app, run);
+  // llama.cpp's multi-letter short flags, which CLI11 cannot declare.
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (std::string& a : args)
+    if (a == "-np") a = "--parallel";
+  std::reverse(args.begin(), args.end());  // CLI11 takes the arguments in reverse order
   try {
-    app.parse(argc, argv);
+    app.parse(args);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }

@@ -1,0 +1,56 @@
+// Builds OpenAI response bodies for one request from its step outputs: the whole response (non-streaming)
+// or the SSE chunks as tokens arrive. Holds per-choice text (stop strings, UTF-8) and logprobs.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/engine.h"
+#include "server/choice_text.h"
+#include "server/openai_request.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kestrel {
+
+class CompletionResponse {
+ public:
+  CompletionResponse(const CompletionParams& params, const Tokenizer& tokenizer, std::string model_name);
+
+  // Takes one step output; in streaming mode returns the chunks to send now (one per choice that moved).
+  std::vector<nlohmann::json> consume(const StepOutput& out);
+  // True once every choice finished (by the engine or by a stop string).
+  bool done() const { return n_finished_ == static_cast<int32_t>(choices_.size()); }
+  // True when every remaining choice ended on a stop string, so the request can be cancelled.
+  bool all_stopped_by_text() const;
+
+  nlohmann::json full_response() const;     // non-streaming body
+  nlohmann::json usage_chunk() const;       // the stream's usage chunk (stream_options.include_usage)
+  nlohmann::json first_chat_chunks() const;  // the chat stream's opening chunk (role), as one chunk
+  int32_t n_generated() const;
+  int32_t n_prompt() const { return n_prompt_; }
+
+ private:
+  struct Choice {
+    std::unique_ptr<ChoiceText> text;
+    std::string content;           // all text so far
+    int32_t n_tokens = 0;
+    std::string finish;            // "" while running
+    nlohmann::json logprobs = nlohmann::json::array();  // per-token entries (chat format or completion lists)
+  };
+  nlohmann::json chunk(int32_t index, const std::string& text, const nlohmann::json& logprobs,
+                       const std::string& finish) const;
+  nlohmann::json token_logprobs(const GeneratedToken& t) const;
+  nlohmann::json usage() const;
+
+  const CompletionParams& params_;
+  const Tokenizer& tokenizer_;
+  std::string model_name_, id_;
+  int64_t created_;
+  std::vector<Choice> choices_;
+  int32_t n_prompt_ = 0, n_finished_ = 0;
+};
+
+}  // namespace kestrel

@@ -1,0 +1,57 @@
+// The one thread that drives the Engine. HTTP threads never touch the engine: they submit requests and
+// cancellations through an inbox and read results from their RequestChannel.
+//
+// Contract: submit/cancel/stats are thread-safe. submit() refuses (returns false) when max_pending
+// requests are already queued or running, so the server can answer 503 at once. stop() ends the thread:
+// with finish_in_flight it first lets accepted requests complete (new submissions are refused), otherwise
+// it cancels them.
+#pragma once
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "engine/engine.h"
+#include "server/request_channel.h"
+
+namespace kestrel {
+
+class EngineLoop {
+ public:
+  // on_step(outputs, stats) runs on the engine thread after every step (metrics).
+  using StepObserver = std::function<void(const std::vector<StepOutput>&, const EngineStats&)>;
+  EngineLoop(Engine& engine, size_t max_pending, StepObserver on_step = {});
+  ~EngineLoop();
+
+  void start();
+  void stop(bool finish_in_flight);
+
+  bool submit(Request request, std::shared_ptr<RequestChannel> channel);
+  void cancel(const std::shared_ptr<RequestChannel>& channel);  // also marks the channel cancelled
+  EngineStats stats() const;
+  size_t n_pending() const;
+
+ private:
+  void run();
+
+  Engine& engine_;
+  size_t max_pending_;
+  StepObserver on_step_;
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::vector<std::pair<Request, std::shared_ptr<RequestChannel>>> inbox_;
+  std::vector<std::shared_ptr<RequestChannel>> cancels_;
+  size_t n_active_ = 0;  // accepted and not finished (guarded by mutex_)
+  bool stopping_ = false, draining_ = false;
+  EngineStats stats_;    // copied after each step (guarded by mutex_)
+  std::thread thread_;
+  // Engine thread only:
+  std::map<int64_t, std::shared_ptr<RequestChannel>> channel_of_;     // request id -> channel
+  std::map<const RequestChannel*, int64_t> request_of_;               // channel -> request id
+  std::map<int64_t, int32_t> open_choices_;                           // request id -> choices not finished
+};
+
+}  // namespace kestrel

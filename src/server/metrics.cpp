@@ -1,0 +1,95 @@
+#include "server/metrics.h"
+
+#include <cstdio>
+
+namespace kestrel {
+namespace {
+std::string number(double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9g", x);
+  return buf;
+}
+}  // namespace
+
+void Histogram::observe(double x) {
+  size_t i = 0;
+  while (i < bounds_.size() && x > bounds_[i]) ++i;
+  ++counts_[i];
+  sum_ += x;
+  ++count_;
+}
+
+std::string Histogram::render(const std::string& name, const std::string& help) const {
+  std::string out = "# HELP " + name + " " + help + "\n# TYPE " + name + " histogram\n";
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    cumulative += counts_[i];
+    out += name + "_bucket{le=\"" + number(bounds_[i]) + "\"} " + std::to_string(cumulative) + "\n";
+  }
+  out += name + "_bucket{le=\"+Inf\"} " + std::to_string(count_) + "\n";
+  out += name + "_sum " + number(sum_) + "\n" + name + "_count " + std::to_string(count_) + "\n";
+  return out;
+}
+
+Metrics::Metrics()
+    : ttft_({0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40}),
+      tpot_({0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1}),
+      latency_({0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80}) {}
+
+void Metrics::request_finished(const std::string& endpoint, int status) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++requests_[{endpoint, status}];
+}
+
+void Metrics::request_timing(double ttft_s, double tpot_s, double latency_s, int32_t n_generated) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (n_generated > 0) ttft_.observe(ttft_s);
+  if (n_generated > 1) tpot_.observe(tpot_s);
+  latency_.observe(latency_s);
+}
+
+void Metrics::engine_stats(const EngineStats& stats) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  engine_ = stats;
+}
+
+double Metrics::prefix_hit_rate() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return engine_.prompt_tokens ? static_cast<double>(engine_.prompt_tokens_cached) / engine_.prompt_tokens : 0.0;
+}
+
+std::string Metrics::render() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::string out;
+  auto counter = [&](const std::string& name, const std::string& help, double value) {
+    out += "# HELP " + name + " " + help + "\n# TYPE " + name + " counter\n" + name + " " + number(value) + "\n";
+  };
+  auto gauge = [&](const std::string& name, const std::string& help, double value) {
+    out += "# HELP " + name + " " + help + "\n# TYPE " + name + " gauge\n" + name + " " + number(value) + "\n";
+  };
+  out += "# HELP kestrel_requests_total HTTP requests answered, by endpoint and status.\n"
+         "# TYPE kestrel_requests_total counter\n";
+  for (const auto& [key, n] : requests_)
+    out += "kestrel_requests_total{endpoint=\"" + key.first + "\",status=\"" + std::to_string(key.second) + "\"} " +
+           std::to_string(n) + "\n";
+  counter("kestrel_prompt_tokens_total", "Prompt tokens of admitted requests.", static_cast<double>(engine_.prompt_tokens));
+  counter("kestrel_prefix_cache_hit_tokens_total", "Prompt tokens served by the prefix cache.",
+          static_cast<double>(engine_.prompt_tokens_cached));
+  counter("kestrel_generation_tokens_total", "Tokens generated.", static_cast<double>(engine_.generated_tokens));
+  counter("kestrel_preemptions_total", "Sequences preempted (recomputed later) for lack of KV blocks.",
+          static_cast<double>(engine_.preemptions));
+  counter("kestrel_engine_steps_total", "Forward passes run by the engine.", static_cast<double>(engine_.steps));
+  gauge("kestrel_requests_waiting", "Sequences waiting to be scheduled.", static_cast<double>(engine_.n_waiting));
+  gauge("kestrel_requests_running", "Sequences in the running batch.", static_cast<double>(engine_.n_running));
+  out += "# HELP kestrel_kv_blocks KV cache blocks by state.\n# TYPE kestrel_kv_blocks gauge\n";
+  out += "kestrel_kv_blocks{state=\"used\"} " + std::to_string(engine_.kv_blocks_used) + "\n";
+  out += "kestrel_kv_blocks{state=\"cached\"} " + std::to_string(engine_.kv_blocks_cached) + "\n";
+  out += "kestrel_kv_blocks{state=\"free\"} " + std::to_string(engine_.kv_blocks_free) + "\n";
+  gauge("kestrel_kv_tokens_used", "Token positions filled in used KV blocks.", static_cast<double>(engine_.kv_tokens_used));
+  out += ttft_.render("kestrel_time_to_first_token_seconds", "Time from request to first token.");
+  out += tpot_.render("kestrel_time_per_output_token_seconds", "Mean time between output tokens, per request.");
+  out += latency_.render("kestrel_request_latency_seconds", "Time from request to last token.");
+  return out;
+}
+
+}  // namespace kestrel

@@ -1,0 +1,214 @@
+#include "server/openai_request.h"
+
+#include <cmath>
+#include <limits>
+#include <variant>
+
+namespace kestrel {
+namespace {
+
+using json = nlohmann::json;
+
+// Reads optional fields of one JSON object, remembering the first type or range problem.
+class Fields {
+ public:
+  explicit Fields(const json& object) : object_(object) {}
+
+  const json* find(const char* key) const {
+    const auto it = object_.find(key);
+    return it == object_.end() || it->is_null() ? nullptr : &*it;
+  }
+  void number(const char* key, float& out, double lo, double hi) {
+    const json* v = find(key);
+    if (!v || failed()) return;
+    if (!v->is_number()) return fail(key, std::string("'") + key + "' must be a number");
+    const double x = v->get<double>();
+    if (!std::isfinite(x) || x < lo || x > hi)
+      return fail(key, std::string("'") + key + "' must be in [" + fmt(lo) + ", " + fmt(hi) + "]");
+    out = static_cast<float>(x);
+  }
+  void integer(const char* key, int64_t& out, int64_t lo, int64_t hi) {
+    const json* v = find(key);
+    if (!v || failed()) return;
+    if (!v->is_number_integer() && !(v->is_number_float() && v->get<double>() == std::floor(v->get<double>())))
+      return fail(key, std::string("'") + key + "' must be an integer");
+    const double x = v->get<double>();
+    if (x < static_cast<double>(lo) || x > static_cast<double>(hi))
+      return fail(key, std::string("'") + key + "' must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    out = static_cast<int64_t>(x);
+  }
+  void boolean(const char* key, bool& out) {
+    const json* v = find(key);
+    if (!v || failed()) return;
+    if (!v->is_boolean()) return fail(key, std::string("'") + key + "' must be a boolean");
+    out = v->get<bool>();
+  }
+  void string(const char* key, std::string& out) {
+    const json* v = find(key);
+    if (!v || failed()) return;
+    if (!v->is_string()) return fail(key, std::string("'") + key + "' must be a string");
+    out = v->get<std::string>();
+  }
+  void fail(const std::string& param, const std::string& message) {
+    if (!failed()) error_ = ApiError{400, message, "invalid_request_error", param};
+  }
+  bool failed() const { return error_.has_value(); }
+  const ApiError& error() const { return *error_; }
+
+ private:
+  static std::string fmt(double x) {
+    std::string s = std::to_string(x);
+    while (s.size() > 1 && s.back() == '0') s.pop_back();
+    if (s.back() == '.') s.pop_back();
+    return s;
+  }
+  const json& object_;
+  std::optional<ApiError> error_;
+};
+
+constexpr int64_t kMaxTokenId = std::numeric_limits<int32_t>::max();
+
+void parse_token_list(Fields& f, const json& list, const char* key, std::vector<int32_t>& out) {
+  for (const json& t : list) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > kMaxTokenId)
+      return f.fail(key, std::string("'") + key + "' must hold non-negative token ids");
+    out.push_back(static_cast<int32_t>(t.get<int64_t>()));
+  }
+}
+
+void parse_messages(Fields& f, const json& list, std::vector<ChatMessage>& out) {
+  if (!list.is_array() || list.empty()) return f.fail("messages", "'messages' must be a non-empty array");
+  for (const json& m : list) {
+    if (!m.is_object()) return f.fail("messages", "each message must be an object");
+    const auto role = m.find("role");
+    if (role == m.end() || !role->is_string()) return f.fail("messages", "each message needs a string 'role'");
+    const std::string r = role->get<std::string>();
+    if (r != "system" && r != "user" && r != "assistant" && r != "tool" && r != "developer")
+      return f.fail("messages", "unknown role '" + r + "'");
+    ChatMessage msg{r == "developer" ? "system" : r, ""};
+    const auto content = m.find("content");
+    if (content != m.end() && !content->is_null()) {
+      if (content->is_string()) {
+        msg.content = content->get<std::string>();
+      } else if (content->is_array()) {
+        for (const json& part : *content) {
+          if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+            return f.fail("messages", "only text content parts are supported");
+          msg.content += part["text"].get<std::string>();
+        }
+      } else {
+        return f.fail("messages", "message 'content' must be a string or an array of text parts");
+      }
+    }
+    out.push_back(std::move(msg));
+  }
+}
+
+}  // namespace
+
+json error_body(const ApiError& error) {
+  return {{"error",
+           {{"message", error.message},
+            {"type", error.type},
+            {"param", error.param.empty() ? json(nullptr) : json(error.param)},
+            {"code", nullptr}}}};
+}
+
+std::variant<CompletionParams, ApiError> parse_completion_request(const std::string& body, bool chat) {
+  json root = json::parse(body, nullptr, /*allow_exceptions=*/false);  // also rejects invalid UTF-8
+  if (root.is_discarded()) return ApiError{400, "the request body is not valid JSON (or not valid UTF-8)", "invalid_request_error", ""};
+  if (!root.is_object()) return ApiError{400, "the request body must be a JSON object", "invalid_request_error", ""};
+  CompletionParams p;
+  p.chat = chat;
+  p.sampling.temperature = 1.0f;
+  p.sampling.top_k = 0;
+  p.sampling.top_p = 1.0f;
+  p.sampling.min_p = 0.0f;
+  p.sampling.penalty_last_n = -1;
+  Fields f(root);
+  f.string("model", p.model);
+  f.boolean("stream", p.stream);
+  if (const json* so = f.find("stream_options")) {
+    if (!so->is_object()) f.fail("stream_options", "'stream_options' must be an object");
+    else if (!p.stream) f.fail("stream_options", "'stream_options' is only allowed with 'stream': true");
+    else Fields(*so).boolean("include_usage", p.include_usage);
+  }
+  if (chat) {
+    if (const json* m = f.find("messages")) parse_messages(f, *m, p.messages);
+    else f.fail("messages", "'messages' is required");
+  } else if (const json* prompt = f.find("prompt")) {
+    if (prompt->is_string()) {
+      p.prompt_text = prompt->get<std::string>();
+    } else if (prompt->is_array() && prompt->size() == 1 && (*prompt)[0].is_string()) {
+      p.prompt_text = (*prompt)[0].get<std::string>();
+    } else if (prompt->is_array() && !prompt->empty() && (*prompt)[0].is_number()) {
+      p.prompt_is_tokens = true;
+      parse_token_list(f, *prompt, "prompt", p.prompt_tokens);
+    } else {
+      f.fail("prompt", "'prompt' must be a string, one string in an array, or an array of token ids");
+    }
+  } else {
+    f.fail("prompt", "'prompt' is required");
+  }
+  int64_t i64 = -1;
+  f.integer(chat && f.find("max_completion_tokens") ? "max_completion_tokens" : "max_tokens", i64, 1, 1 << 24);
+  p.max_tokens = i64 > 0 ? static_cast<int32_t>(i64) : (chat ? -1 : 16);
+  f.number("temperature", p.sampling.temperature, 0, 2);
+  f.number("top_p", p.sampling.top_p, 0, 1);
+  if (p.sampling.top_p <= 0) f.fail("top_p", "'top_p' must be in (0, 1]");
+  i64 = 0;
+  f.integer("top_k", i64, -1, 1 << 20);
+  p.sampling.top_k = static_cast<int32_t>(i64 < 0 ? 0 : i64);
+  f.number("min_p", p.sampling.min_p, 0, 1);
+  f.number("presence_penalty", p.sampling.presence_penalty, -2, 2);
+  f.number("frequency_penalty", p.sampling.frequency_penalty, -2, 2);
+  f.number("repetition_penalty", p.sampling.repeat_penalty, 0.01, 10);
+  i64 = -1;
+  f.integer("seed", i64, std::numeric_limits<int64_t>::min() / 2, std::numeric_limits<int64_t>::max() / 2);
+  if (f.find("seed")) {
+    p.seeded = true;
+    p.sampling.seed = static_cast<uint64_t>(i64);
+  }
+  i64 = 1;
+  f.integer("n", i64, 1, 16);
+  p.n = static_cast<int32_t>(i64);
+  if (const json* stop = f.find("stop")) {
+    if (stop->is_string() && !stop->get<std::string>().empty()) {
+      p.stop.push_back(stop->get<std::string>());
+    } else if (stop->is_array() && stop->size() <= 16) {
+      for (const json& s : *stop) {
+        if (!s.is_string() || s.get<std::string>().empty()) {
+          f.fail("stop", "'stop' must be a non-empty string or an array of up to 16 of them");
+          break;
+        }
+        p.stop.push_back(s.get<std::string>());
+      }
+    } else {
+      f.fail("stop", "'stop' must be a non-empty string or an array of up to 16 of them");
+    }
+  }
+  if (const json* ids = f.find("stop_token_ids")) {
+    if (!ids->is_array()) f.fail("stop_token_ids", "'stop_token_ids' must be an array of token ids");
+    else parse_token_list(f, *ids, "stop_token_ids", p.stop_token_ids);
+  }
+  f.boolean("ignore_eos", p.ignore_eos);
+  f.boolean("echo", p.echo);
+  if (p.echo) f.fail("echo", "'echo' is not supported");
+  f.string("cache_salt", p.cache_salt);
+  if (chat) {
+    bool want = false;
+    f.boolean("logprobs", want);
+    i64 = 0;
+    f.integer("top_logprobs", i64, 0, 20);
+    if (f.find("top_logprobs") && !want) f.fail("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    p.logprobs = want ? static_cast<int32_t>(i64) : -1;
+  } else {
+    i64 = -1;
+    f.integer("logprobs", i64, 0, 20);
+    p.logprobs = static_cast<int32_t>(i64);
+  }
+  if (f.failed()) return f.error();
+  return p;
+}
+
+}  // namespace kestrel

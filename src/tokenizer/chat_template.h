@@ -1,0 +1,29 @@
+// A model's chat template (Jinja, from GGUF tokenizer.chat_template or a file), rendered for a list of
+// messages the way Hugging Face's apply_chat_template does: variables messages, add_generation_prompt,
+// bos_token and eos_token. Templates using constructs outside the supported subset fail at parse or
+// render time with a message naming the construct.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "tokenizer/jinja.h"
+
+namespace kestrel {
+
+struct ChatMessage {
+  std::string role;     // system, user, assistant or tool
+  std::string content;
+};
+
+class ChatTemplate {
+ public:
+  static Result<ChatTemplate> parse(const std::string& source);
+  Result<std::string> render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                             const std::string& bos_token, const std::string& eos_token) const;
+
+ private:
+  jinja::Template template_;
+};
+
+}  // namespace kestrel

@@ -1,0 +1,154 @@
+// kestrel serve: the OpenAI-compatible HTTP server (flags as llama-server's where they overlap).
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <thread>
+
+#include "common.h"
+#include "engine/engine.h"
+#include "server/engine_loop.h"
+#include "server/http_server.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kestrel::cli {
+namespace {
+
+std::atomic<int> g_signal{0};
+extern "C" void on_signal(int sig) { g_signal.store(sig); }
+
+struct ServeArgs {
+  std::string model, alias, chat_template_file, policy = "continuous";
+  ServerConfig server;
+  int threads = default_threads();
+  int ctx = 8192;           // KV cache tokens shared by all sequences
+  int parallel = 16;        // sequences running at once
+  int batch = 512;          // tokens per step
+  int block_size = 16;
+  int max_queue = 256;      // requests queued or running before 503
+  int batch_size = 8;       // static/dynamic batching
+  double batch_wait_ms = 100;
+  bool no_prefix_cache = false;
+  KvType kv_type = KvType::F16;
+};
+
+int run_serve(ServeArgs& a) {
+  auto model = load_model(a.model);
+  if (!model) return 1;
+  auto tokenizer = Tokenizer::from_gguf(model->file());
+  if (!tokenizer.ok() || !tokenizer->has_vocab()) {
+    std::fprintf(stderr, "error: %s\n", tokenizer.ok() ? "the model has no tokenizer vocabulary" : tokenizer.error().c_str());
+    return 1;
+  }
+  // The chat template: --chat-template-file, else the model's own (tokenizer.chat_template).
+  std::string template_source;
+  if (!a.chat_template_file.empty() && !read_text_file(a.chat_template_file, template_source)) return 1;
+  if (template_source.empty()) {
+    auto from_model = model->file().get_string("tokenizer.chat_template");
+    if (from_model.ok() && from_model->has_value()) template_source = **from_model;
+  }
+  std::unique_ptr<ChatTemplate> chat_template;
+  std::string template_error = "the model has no chat template (tokenizer.chat_template); pass --chat-template-file";
+  if (!template_source.empty()) {
+    auto parsed = ChatTemplate::parse(template_source);
+    if (parsed.ok()) chat_template = std::make_unique<ChatTemplate>(std::move(parsed).value());
+    else template_error = "the chat template is not supported: " + parsed.error();
+  }
+  if (!chat_template) std::fprintf(stderr, "warning: %s; chat requests will be refused\n", template_error.c_str());
+  const Tokenizer& tok = *tokenizer;
+  const std::string bos = tok.vocab().bos >= 0 ? tok.token_to_piece(tok.vocab().bos, true) : "";
+  const std::string eos = tok.vocab().eos >= 0 ? tok.token_to_piece(tok.vocab().eos, true) : "";
+  ChatRenderer render = [&](const std::vector<ChatMessage>& messages) -> Result<std::string> {
+    if (!chat_template) return Error{template_error};
+    return chat_template->render(messages, true, bos, eos);
+  };
+
+  EngineConfig config;
+  config.scheduler.block_size = a.block_size;
+  config.n_blocks = (a.ctx + a.block_size - 1) / a.block_size;
+  config.kv_type = a.kv_type;
+  config.prefix_caching = !a.no_prefix_cache;
+  config.scheduler.max_running = a.parallel;
+  config.scheduler.max_batch_tokens = a.batch;
+  config.scheduler.batch_size = a.batch_size;
+  config.scheduler.batch_wait_ms = a.batch_wait_ms;
+  config.scheduler.policy = a.policy == "static" ? BatchPolicy::Static
+                            : a.policy == "dynamic" ? BatchPolicy::Dynamic : BatchPolicy::Continuous;
+  ThreadPool pool(a.threads);
+  Engine engine(*model, pool, config);
+  Metrics metrics;
+  EngineLoop loop(engine, static_cast<size_t>(a.max_queue),
+                  [&](const std::vector<StepOutput>&, const EngineStats& s) { metrics.engine_stats(s); });
+  loop.start();
+  if (a.server.model_name.empty() || a.server.model_name == "kestrel")
+    a.server.model_name = a.alias.empty() ? std::filesystem::path(a.model).filename().string() : a.alias;
+  HttpServer server(loop, tok, render, metrics, a.server, engine.max_seq_len());
+  if (Status st = server.start(); !st.ok()) {
+    std::fprintf(stderr, "error: %s\n", st.error().c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "kestrel serve: listening on http://%s:%d (model %s, %d threads, %d KV blocks of %d tokens)\n",
+               a.server.host.c_str(), server.port(), a.server.model_name.c_str(), a.threads, config.n_blocks,
+               a.block_size);
+
+  // Ready once one real forward pass went through the engine.
+  {
+    Request warmup;
+    warmup.prompt = {tok.vocab().bos >= 0 ? tok.vocab().bos : 0};
+    warmup.max_tokens = 1;
+    warmup.sampling.temperature = 0;
+    auto channel = std::make_shared<RequestChannel>();
+    if (loop.submit(warmup, channel)) {
+      for (;;) {
+        auto e = channel->pop(std::chrono::milliseconds(100));
+        if (!e) continue;
+        if (e->kind == ChannelEvent::Kind::Rejected || e->output.finish != FinishReason::None) break;
+      }
+    }
+    server.set_ready(true);
+  }
+
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  while (g_signal.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // Graceful shutdown: refuse new requests, let those in flight finish (up to 30 s), then stop.
+  std::fprintf(stderr, "kestrel serve: shutting down (%zu requests in flight)\n", loop.n_pending());
+  server.refuse_new_requests();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (loop.n_pending() > 0 && std::chrono::steady_clock::now() < deadline && g_signal.load() != -1)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  loop.stop(/*finish_in_flight=*/false);
+  server.stop();
+  return 0;
+}
+
+}  // namespace
+
+void add_serve(CLI::App& app, Action& run) {
+  auto args = std::make_shared<ServeArgs>();
+  CLI::App* cmd = app.add_subcommand("serve", "Serve the model over an OpenAI-compatible HTTP API");
+  cmd->add_option("-m,--model", args->model, "GGUF model file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--host", args->server.host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", args->server.port, "Port to listen on (0: any free port)")->capture_default_str();
+  cmd->add_option("-t,--threads", args->threads, "Compute threads")->capture_default_str();
+  cmd->add_option("-c,--ctx-size", args->ctx, "KV cache size in tokens, shared by all sequences")->capture_default_str();
+  cmd->add_option("--parallel", args->parallel, "Most sequences decoded together (also -np)")->capture_default_str();
+  cmd->add_option("-b,--batch-size", args->batch, "Most tokens per forward pass (the step's token budget)")->capture_default_str();
+  cmd->add_option("--block-size", args->block_size, "Tokens per KV block")->capture_default_str();
+  cmd->add_option("--api-key", args->server.api_key, "Require this Bearer key on API routes");
+  cmd->add_option("-a,--alias", args->alias, "Model name reported by the API (default: the file name)");
+  cmd->add_option("--chat-template-file", args->chat_template_file, "Jinja chat template to use instead of the model's");
+  cmd->add_option("--batch-policy", args->policy, "continuous, static or dynamic batching")
+      ->check(CLI::IsMember({"continuous", "static", "dynamic"}))->capture_default_str();
+  cmd->add_option("--static-batch", args->batch_size, "Sequences per batch for static/dynamic batching")->capture_default_str();
+  cmd->add_option("--batch-wait-ms", args->batch_wait_ms, "Dynamic batching: longest wait for a batch to fill")->capture_default_str();
+  cmd->add_option("--max-queue", args->max_queue, "Requests queued or running before new ones get 503")->capture_default_str();
+  cmd->add_option("--max-body", args->server.max_body_bytes, "Largest request body in bytes")->capture_default_str();
+  cmd->add_option("--threads-http", args->server.http_threads, "HTTP connections served at once")->capture_default_str();
+  cmd->add_flag("--no-prefix-cache", args->no_prefix_cache, "Do not share KV blocks between requests");
+  add_cache_type_options(cmd, args->kv_type);
+  cmd->callback([&run, args] { run = [args] { return run_serve(*args); }; });
+}
+
+}  // namespace kestrel::cli
