@@ -6,6 +6,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev libpcre2-dev libcpp-httplib-dev
   libgtest-dev libbenchmark-dev
   clang libclang-rt-14-dev  # libFuzzer target and its sanitizer runtimes
+  curl python3              # the OpenAI-client test's server harness
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -17,5 +18,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+# Node.js runs the official openai client test (the openai 6.x package supports Node 18+).
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nodejs npm
 fi
 echo "setup: all build dependencies present"

@@ -13,6 +13,13 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j "$jobs"
 ctest --test-dir build --output-on-failure -j "$jobs"
 
+echo "== the official openai npm client against kestrel serve"
+if [ -d "$shared" ]; then
+  bash tests/openai-client/run.sh "$PWD/build/kestrel" "$shared"
+else
+  echo "skipped: ../shared not found (set KESTREL_SHARED)"
+fi
+
 echo "== sanitizer build (ASan + UBSan) and tests"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKESTREL_SANITIZE=ON -DKESTREL_BENCH=OFF >/dev/null
 cmake --build build-asan -j "$jobs"
@@ -22,14 +29,15 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 echo "== fuzz targets (libFuzzer, ${fuzz_seconds}s each)"
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKESTREL_FUZZ=ON \
   -DKESTREL_BENCH=OFF >/dev/null
-cmake --build build-fuzz -j "$jobs" --target fuzz_gguf fuzz_tokenizer
-mkdir -p build-fuzz/corpus-gguf build-fuzz/corpus-tokenizer
+cmake --build build-fuzz -j "$jobs" --target fuzz_gguf fuzz_tokenizer fuzz_chat_template fuzz_openai_request
+mkdir -p build-fuzz/corpus-gguf build-fuzz/corpus-tokenizer build-fuzz/corpus-template build-fuzz/corpus-request
 ./build/kestrel make-model -o build-fuzz/corpus-gguf/tiny.gguf --layers 1 --dim 64 --heads 4 --kv-heads 2 \
   --ffn 64 --vocab 300 >/dev/null 2>&1
 if [ -d "$shared" ]; then
   cp -f "$shared"/tokenizer-tests/ggml-vocab-gpt-2.gguf build-fuzz/corpus-gguf/ 2>/dev/null || true
   export KESTREL_FUZZ_VOCABS="$shared/tokenizer-tests/ggml-vocab-llama-spm.gguf:$shared/tokenizer-tests/ggml-vocab-gpt-2.gguf:$shared/tokenizer-tests/ggml-vocab-deepseek-llm.gguf"
   cp -f "$shared"/tokenizer-tests/*.inp build-fuzz/corpus-tokenizer/ 2>/dev/null || true
+  cp -f "$shared"/chat-templates/*.jinja build-fuzz/corpus-template/ 2>/dev/null || true
 else
   export KESTREL_FUZZ_VOCABS="$PWD/build-fuzz/corpus-gguf/tiny.gguf"
 fi
@@ -37,4 +45,11 @@ fi
   -print_final_stats=1 build-fuzz/corpus-gguf 2>&1 | tail -n 12
 ./build-fuzz/tests/fuzz_tokenizer -max_total_time="$fuzz_seconds" -max_len=4096 -rss_limit_mb=2048 \
   -print_final_stats=1 build-fuzz/corpus-tokenizer 2>&1 | tail -n 12
+printf '%s' '{"prompt":"hi","max_tokens":5,"temperature":0.5,"stop":["a"],"logprobs":2,"n":2}' > build-fuzz/corpus-request/c.json
+printf '%s' '{"messages":[{"role":"user","content":[{"type":"text","text":"x"}]}],"stream":true,"stream_options":{"include_usage":true},"logprobs":true,"top_logprobs":3}' > build-fuzz/corpus-request/chat.json
+short_seconds=$(( fuzz_seconds / 2 > 0 ? fuzz_seconds / 2 : 1 ))
+./build-fuzz/tests/fuzz_chat_template -max_total_time="$short_seconds" -max_len=8192 -rss_limit_mb=2048 -timeout=10 \
+  -print_final_stats=1 build-fuzz/corpus-template 2>&1 | tail -n 12
+./build-fuzz/tests/fuzz_openai_request -max_total_time="$short_seconds" -max_len=4096 -rss_limit_mb=2048 \
+  -print_final_stats=1 build-fuzz/corpus-request 2>&1 | tail -n 12
 echo "== all tests passed"

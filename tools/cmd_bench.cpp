@@ -222,7 +222,8 @@ int run_bench(BenchArgs& a) {
 void add_bench(CLI::App& app, Action& run) {
   auto a = std::make_shared<BenchArgs>();
   CLI::App* cmd = app.add_subcommand("bench", "Measure prompt processing and generation speed (like llama-bench)");
-  cmd->add_option("-m,--model", a->models, "GGUF model file(s)")->required()->check(CLI::ExistingFile)->delimiter(',');
+  cmd->add_option("-m,--model", a->models, "GGUF model file(s) (required unless a subcommand is given)")
+      ->check(CLI::ExistingFile)->delimiter(',');
   cmd->add_option("-p,--n-prompt", a->n_prompt, "Prompt lengths (0: none)")->delimiter(',');
   cmd->add_option("-n,--n-gen", a->n_gen, "Generated tokens (0: none)")->delimiter(',');
   cmd->add_option("-d,--n-depth", a->depths, "Tokens already in the context before generating")->delimiter(',');
@@ -233,7 +234,13 @@ void add_bench(CLI::App& app, Action& run) {
   cmd->add_option("-o,--output", a->output, "Output format: md or json")->check(CLI::IsMember({"md", "json"}));
   cmd->add_flag("!--no-bandwidth", a->measure_bandwidth, "Skip the memory-bandwidth measurement");
   add_cache_type_options(cmd, a->kv_type);
-  cmd->callback([&run, a] { run = [a] { return run_bench(*a); }; });
+  CLI::App* serve = add_bench_serve(*cmd, run);
+  cmd->require_subcommand(0, 1);
+  cmd->callback([&run, a, serve] {
+    if (serve->parsed()) return;  // `kestrel bench serve` set its own action
+    if (a->models.empty()) throw CLI::RequiredError("--model");
+    run = [a] { return run_bench(*a); };
+  });
 }
 
 }  // namespace kestrel::cli

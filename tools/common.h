@@ -18,6 +18,8 @@ void add_logits(CLI::App& app, Action& run);
 void add_make_model(CLI::App& app, Action& run);
 void add_bench(CLI::App& app, Action& run);
 void add_serve(CLI::App& app, Action& run);
+// `kestrel bench serve`, a subcommand of bench.
+CLI::App* add_bench_serve(CLI::App& bench, Action& run);
 
 int default_threads();
 // --cache-type-k / --cache-type-v (f16 or f32; K and V share one type), llama.cpp's long names.

@@ -235,6 +235,13 @@ class ExprParser {
   }
 
   ExprPtr ternary() {
+    struct Depth {
+      int& d;
+      explicit Depth(int& depth) : d(depth) {
+        if (++d > 200) fail("the expression nests too deeply");
+      }
+      ~Depth() { --d; }
+    } guard(depth_);
     ExprPtr e = or_expr();
     if (accept_name("if")) {
       auto t = make_expr(Expr::Ternary);
@@ -330,6 +337,7 @@ class ExprParser {
     }
   }
   ExprPtr unary() {
+    if (depth_ > 200) fail("the expression nests too deeply");
     if (accept_op("-")) {
       auto e = make_expr(Expr::Unary);
       e->name = "-";
@@ -464,6 +472,7 @@ class ExprParser {
 
   std::vector<Token> t_;
   size_t p_ = 0;
+  int depth_ = 0;  // nesting of sub-expressions (bounded: no stack exhaustion on hostile input)
 };
 
 }  // namespace detail
@@ -508,6 +517,7 @@ class StmtParser {
   }
   // Parses until a statement whose first word is in `ends` (left unconsumed).
   NodePtr block(const std::vector<std::string>& ends) {
+    if (!ends.empty() && ++depth_ > 100) fail("statements nest too deeply");
     auto node = std::make_shared<Node>();
     while (i_ < s_.size()) {
       const Segment& seg = s_[i_];
@@ -528,7 +538,10 @@ class StmtParser {
         continue;
       }
       const std::string word = first_word(seg.text);
-      if (std::find(ends.begin(), ends.end(), word) != ends.end()) return node;
+      if (std::find(ends.begin(), ends.end(), word) != ends.end()) {
+        --depth_;
+        return node;
+      }
       node->children.push_back(statement(word));
     }
     if (!ends.empty()) fail("missing '{% " + ends.back() + " %}'");
@@ -647,6 +660,7 @@ class StmtParser {
 
   std::vector<Segment> s_;
   size_t i_ = 0;
+  int depth_ = 0;
 };
 
 
@@ -680,6 +694,7 @@ class Renderer {
 
   Flow run(const Node& n, std::string& out) {
     if (++steps_ > 10'000'000) fail("the template runs too long");
+    if (out.size() > (16u << 20)) fail("the template's output exceeds 16 MiB");
     switch (n.kind) {
       case Node::Block:
         for (const auto& c : n.children)
