@@ -91,6 +91,9 @@ TEST_F(EngineTest, ConcurrentGreedyRequestsMatchEachRunAlone) {
   EXPECT_EQ(s.kv_blocks_used, 0);
   EXPECT_EQ(s.kv_blocks_used + s.kv_blocks_cached + s.kv_blocks_free, s.kv_blocks_total);
   EXPECT_EQ(s.generated_tokens, 16 * 24);
+  // At the peak, each running sequence leaves at most part of its last block unfilled.
+  EXPECT_GT(s.kv_peak_blocks_used, 16);
+  EXPECT_LT(s.kv_peak_unused_tokens, 16 * 16);
 }
 
 TEST_F(EngineTest, PreemptionUnderATinyPoolGivesIdenticalOutputs) {

@@ -152,6 +152,7 @@ int run_bench_serve(const ServeBenchArgs& a) {
   const double hits = scrape(after, "kestrel_prefix_cache_hit_tokens_total") - scrape(before, "kestrel_prefix_cache_hit_tokens_total");
   const double prompt_tokens = scrape(after, "kestrel_prompt_tokens_total") - scrape(before, "kestrel_prompt_tokens_total");
   if (!before.empty() && !after.empty() && prompt_tokens > 0) hit_rate = hits / prompt_tokens;
+  const double kv_unused_at_peak = scrape(after, "kestrel_kv_peak_unused_fraction");
 
   std::vector<double> ttft, tpot;
   int64_t tokens = 0;
@@ -172,7 +173,8 @@ int run_bench_serve(const ServeBenchArgs& a) {
                        {"output_tokens", tokens}, {"output_tok_s", static_cast<double>(tokens) / elapsed},
                        {"ttft_p50_s", percentile(ttft, 50)}, {"ttft_p99_s", percentile(ttft, 99)},
                        {"tpot_p50_ms", percentile(tpot, 50) * 1e3}, {"tpot_p99_ms", percentile(tpot, 99) * 1e3},
-                       {"prefix_cache_hit_rate", hit_rate < 0 ? json(nullptr) : json(hit_rate)}};
+                       {"prefix_cache_hit_rate", hit_rate < 0 ? json(nullptr) : json(hit_rate)},
+                       {"kv_unused_at_peak", kv_unused_at_peak < 0 ? json(nullptr) : json(kv_unused_at_peak)}};
   if (a.output == "json") {
     std::printf("%s\n", report.dump(2).c_str());
   } else {
@@ -184,6 +186,8 @@ int run_bench_serve(const ServeBenchArgs& a) {
                 percentile(tpot, 50) * 1e3, percentile(tpot, 99) * 1e3, errors,
                 hit_rate < 0 ? "n/a" : (std::to_string(static_cast<int>(hit_rate * 100 + 0.5)) + "%").c_str());
   }
+  if (kv_unused_at_peak >= 0)
+    std::printf("\nserver KV cache at its peak so far: %.1f%% of in-use positions unused\n", kv_unused_at_peak * 100);
   if (errors) std::fprintf(stderr, "%d requests failed; first error: %s\n", errors, first_error.c_str());
   return errors == 0 ? 0 : 1;
 }

@@ -114,6 +114,10 @@ std::vector<StepOutput> Engine::step() {
   if (plan.empty()) return outputs;
   ++steps_;
   const std::vector<float> logits = runner_.run(plan, scheduler_);  // [n_sampling_chunks, n_vocab]
+  if (blocks_.n_in_use() > peak_blocks_used_) {
+    peak_blocks_used_ = blocks_.n_in_use();
+    peak_unused_tokens_ = static_cast<int64_t>(peak_blocks_used_) * config_.scheduler.block_size - kv_tokens_filled();
+  }
   scheduler_.commit(plan);
   const size_t n_vocab = static_cast<size_t>(model_.hparams().n_vocab);
   size_t row = 0;
@@ -168,15 +172,7 @@ std::vector<StepOutput> Engine::step() {
   return outputs;
 }
 
-EngineStats Engine::stats() const {
-  EngineStats s;
-  s.n_waiting = scheduler_.n_waiting();
-  s.n_running = scheduler_.n_running();
-  s.kv_blocks_total = blocks_.n_blocks();
-  s.kv_blocks_used = blocks_.n_in_use();
-  s.kv_blocks_cached = blocks_.n_cached();
-  s.kv_blocks_free = blocks_.n_free();
-  // Positions of in-use blocks that hold a token (shared blocks count once): the rest is allocated but unused.
+int64_t Engine::kv_tokens_filled() const {
   std::map<int32_t, int32_t> filled;  // block id -> positions holding tokens
   const int32_t bs = config_.scheduler.block_size;
   for (int64_t id : scheduler_.running_ids()) {
@@ -187,7 +183,23 @@ EngineStats Engine::stats() const {
       filled[ids[i]] = std::max(filled[ids[i]], n);
     }
   }
-  for (const auto& [block, n] : filled) s.kv_tokens_used += n;
+  int64_t total = 0;
+  for (const auto& [block, n] : filled) total += n;
+  return total;
+}
+
+EngineStats Engine::stats() const {
+  EngineStats s;
+  s.n_waiting = scheduler_.n_waiting();
+  s.n_running = scheduler_.n_running();
+  s.kv_block_size = config_.scheduler.block_size;
+  s.kv_blocks_total = blocks_.n_blocks();
+  s.kv_blocks_used = blocks_.n_in_use();
+  s.kv_blocks_cached = blocks_.n_cached();
+  s.kv_blocks_free = blocks_.n_free();
+  s.kv_tokens_used = kv_tokens_filled();
+  s.kv_peak_blocks_used = peak_blocks_used_;
+  s.kv_peak_unused_tokens = peak_unused_tokens_;
   s.prompt_tokens = prompt_tokens_;
   s.prompt_tokens_cached = prompt_tokens_cached_;
   s.generated_tokens = generated_tokens_;

@@ -67,8 +67,13 @@ struct StepOutput {
 
 struct EngineStats {
   size_t n_waiting = 0, n_running = 0;
+  int32_t kv_block_size = 0;
   int32_t kv_blocks_total = 0, kv_blocks_used = 0, kv_blocks_cached = 0, kv_blocks_free = 0;
-  int64_t kv_tokens_used = 0;           // positions holding computed tokens in used blocks
+  int64_t kv_tokens_used = 0;           // positions of used blocks that hold a token
+  // At the step with the most blocks in use so far: those blocks, and their positions holding no token
+  // (allocated but unused KV memory).
+  int32_t kv_peak_blocks_used = 0;
+  int64_t kv_peak_unused_tokens = 0;
   int64_t prompt_tokens = 0, prompt_tokens_cached = 0, generated_tokens = 0;
   int64_t preemptions = 0, steps = 0;
 };
@@ -99,6 +104,7 @@ class Engine {
     bool forks_pending;  // n > 1: the other choices fork from this one once its prompt is computed
   };
   GeneratedToken sample(Choice& choice, const Sequence& seq, const float* logits);
+  int64_t kv_tokens_filled() const;  // positions of in-use blocks holding a token (shared blocks once)
   FinishReason finish_reason(const Choice& choice, const Sequence& seq, int32_t token) const;
 
   const Model& model_;
@@ -115,6 +121,8 @@ class Engine {
   std::vector<StepOutput> cancelled_;                     // reported by the next step()
   int64_t next_request_ = 1, next_sequence_ = 1;
   int64_t prompt_tokens_ = 0, prompt_tokens_cached_ = 0, generated_tokens_ = 0, steps_ = 0;
+  int32_t peak_blocks_used_ = 0;
+  int64_t peak_unused_tokens_ = 0;
 };
 
 }  // namespace kestrel

@@ -86,6 +86,11 @@ std::string Metrics::render() const {
   out += "kestrel_kv_blocks{state=\"cached\"} " + std::to_string(engine_.kv_blocks_cached) + "\n";
   out += "kestrel_kv_blocks{state=\"free\"} " + std::to_string(engine_.kv_blocks_free) + "\n";
   gauge("kestrel_kv_tokens_used", "Token positions filled in used KV blocks.", static_cast<double>(engine_.kv_tokens_used));
+  gauge("kestrel_kv_peak_blocks_used", "Most KV blocks in use at once so far.", engine_.kv_peak_blocks_used);
+  gauge("kestrel_kv_peak_unused_fraction", "Share of the peak's in-use KV positions holding no token.",
+        engine_.kv_peak_blocks_used ? static_cast<double>(engine_.kv_peak_unused_tokens) /
+                                          (static_cast<double>(engine_.kv_peak_blocks_used) * engine_.kv_block_size)
+                                    : 0.0);
   out += ttft_.render("kestrel_time_to_first_token_seconds", "Time from request to first token.");
   out += tpot_.render("kestrel_time_per_output_token_seconds", "Mean time between output tokens, per request.");
   out += latency_.render("kestrel_request_latency_seconds", "Time from request to last token.");

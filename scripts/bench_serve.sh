@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The serving benchmarks of BENCHMARKS.md (issue 4): `kestrel serve` on the random-weight TinyLlama-1.1B-shape
+# Q4_0 model, 2 threads, 8192 KV tokens, driven by `kestrel bench serve` with llama-server's reference
+# workloads: shared prefix (32 requests, 8 in flight, 400 + 15 prompt tokens, 64 generated), unique prompts
+# (16 requests, 8 in flight, 60 prompt tokens, 128 generated), one request at a time; then the shared-prefix
+# workload under static, dynamic and continuous batching. Models go to ${KESTREL_BENCH_DIR:-/tmp/kestrel-bench}.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dir=${KESTREL_BENCH_DIR:-/tmp/kestrel-bench}
+mkdir -p "$dir"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build build -j 2 --target kestrel >/dev/null
+model="$dir/tinyllama-q4_0.gguf"
+[ -f "$model" ] || ./build/kestrel make-model -o "$model" --preset tinyllama --type q4_0
+port=${KESTREL_BENCH_PORT:-8197}
+url="http://127.0.0.1:$port"
+
+serve() {  # serve EXTRA_FLAGS...: start a server, wait until ready
+  ./build/kestrel serve -m "$model" --port "$port" -t 2 -c 8192 --parallel 8 "$@" >/dev/null 2>&1 &
+  server=$!
+  for _ in $(seq 1 600); do curl -sf "$url/ready" >/dev/null 2>&1 && return 0; sleep 0.1; done
+  echo "server did not become ready" >&2
+  exit 1
+}
+stop() { kill -TERM "$server"; wait "$server" || true; }
+trap 'kill $server 2>/dev/null || true' EXIT
+bench() { ./build/kestrel bench serve --url "$url" "$@"; }
+shared_prefix=(--workload shared-prefix --requests 32 --concurrency 8 --prefix-tokens 400 --unique-tokens 15 --max-tokens 64)
+
+echo "## continuous batching (default)"
+serve
+bench "${shared_prefix[@]}" --seed 1
+bench --workload unique --requests 16 --concurrency 8 --unique-tokens 60 --max-tokens 128 --seed 2
+bench --workload unique --requests 4 --concurrency 1 --unique-tokens 60 --max-tokens 64 --seed 3
+stop
+for policy in static dynamic; do
+  echo "## $policy batching (batches of 8)"
+  serve --batch-policy "$policy" --static-batch 8 --batch-wait-ms 100
+  bench "${shared_prefix[@]}" --seed 1
+  stop
+done
