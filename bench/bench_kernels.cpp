@@ -111,9 +111,10 @@ void BM_ThreadPoolBarrier(benchmark::State& state) {
 BENCHMARK(BM_ThreadPoolBarrier)->Arg(1)->Arg(2)->UseRealTime();
 
 // Decode attention of one token over n_keys cached tokens, TinyLlama's geometry (32 query heads, 4 KV
-// heads, head width 64, 16-token pages), one thread, for each KV page type.
+// heads, head width 64), pages of range(1) tokens, one thread, for each KV page type.
 void BM_AttentionDecode(benchmark::State& state, kestrel::KvType type) {
-  const int n_kv = 4, hd = 64, bs = 16, n_heads = 32, n_keys = static_cast<int>(state.range(0));
+  const int n_kv = 4, hd = 64, n_heads = 32, n_keys = static_cast<int>(state.range(0));
+  const int bs = static_cast<int>(state.range(1));
   const int n_blocks = n_keys / bs;
   const size_t elem = type == kestrel::KvType::F32 ? 4 : 2;
   std::vector<uint8_t> k(static_cast<size_t>(n_blocks) * n_kv * bs * hd * elem, 0x11), v(k.size(), 0x11);
@@ -131,9 +132,11 @@ void BM_AttentionDecode(benchmark::State& state, kestrel::KvType type) {
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * 2 * k.size()));
 }
-BENCHMARK_CAPTURE(BM_AttentionDecode, f32, kestrel::KvType::F32)->Arg(512)->Arg(4096);
-BENCHMARK_CAPTURE(BM_AttentionDecode, f16, kestrel::KvType::F16)->Arg(512)->Arg(4096);
-BENCHMARK_CAPTURE(BM_AttentionDecode, bf16, kestrel::KvType::BF16)->Arg(512)->Arg(4096);
+BENCHMARK_CAPTURE(BM_AttentionDecode, f32, kestrel::KvType::F32)->Args({512, 16})->Args({4096, 16});
+BENCHMARK_CAPTURE(BM_AttentionDecode, f16, kestrel::KvType::F16)
+    ->Args({512, 16})->Args({4096, 16})->Args({512, 8})->Args({512, 4})->Args({4096, 4});
+BENCHMARK_CAPTURE(BM_AttentionDecode, bf16, kestrel::KvType::BF16)
+    ->Args({512, 16})->Args({4096, 16})->Args({512, 4})->Args({4096, 4});
 
 void register_all() {
   for (Isa isa : kestrel::runnable_isas()) {

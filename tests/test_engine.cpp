@@ -74,26 +74,30 @@ class EngineTest : public ::testing::Test {
 };
 
 TEST_F(EngineTest, ConcurrentGreedyRequestsMatchEachRunAlone) {
-  const auto ps = prompts();
-  EngineConfig config;
-  config.n_blocks = 256;
-  config.scheduler.max_batch_tokens = 48;  // prompts are chunked and mixed with decodes
-  Engine engine(*model_, pool_, config);
-  std::vector<int64_t> ids;
-  for (const auto& p : ps) ids.push_back(engine.add_request(greedy_request(p, 24)).value());
-  const auto got = drain(engine);
-  for (size_t i = 0; i < ps.size(); ++i) {
-    ASSERT_EQ(got.at({ids[i], 0}).size(), 24u) << i;
-    EXPECT_EQ(got.at({ids[i], 0}), alone(ps[i], 24)) << "request " << i;
+  for (int32_t block_size : {16, 4}) {
+    SCOPED_TRACE("block size " + std::to_string(block_size));
+    const auto ps = prompts();
+    EngineConfig config;
+    config.n_blocks = 4096 / block_size;
+    config.scheduler.block_size = block_size;
+    config.scheduler.max_batch_tokens = 48;  // prompts are chunked and mixed with decodes
+    Engine engine(*model_, pool_, config);
+    std::vector<int64_t> ids;
+    for (const auto& p : ps) ids.push_back(engine.add_request(greedy_request(p, 24)).value());
+    const auto got = drain(engine);
+    for (size_t i = 0; i < ps.size(); ++i) {
+      ASSERT_EQ(got.at({ids[i], 0}).size(), 24u) << i;
+      EXPECT_EQ(got.at({ids[i], 0}), alone(ps[i], 24)) << "request " << i;
+    }
+    const EngineStats s = engine.stats();
+    EXPECT_GT(s.prompt_tokens_cached, 0);  // the repeated texts hit the prefix cache
+    EXPECT_EQ(s.kv_blocks_used, 0);
+    EXPECT_EQ(s.kv_blocks_used + s.kv_blocks_cached + s.kv_blocks_free, s.kv_blocks_total);
+    EXPECT_EQ(s.generated_tokens, 16 * 24);
+    // At the peak, each running sequence leaves at most part of its last block unfilled.
+    EXPECT_GT(s.kv_peak_blocks_used, 16);
+    EXPECT_LT(s.kv_peak_unused_tokens, 16 * block_size);
   }
-  const EngineStats s = engine.stats();
-  EXPECT_GT(s.prompt_tokens_cached, 0);  // the repeated texts hit the prefix cache
-  EXPECT_EQ(s.kv_blocks_used, 0);
-  EXPECT_EQ(s.kv_blocks_used + s.kv_blocks_cached + s.kv_blocks_free, s.kv_blocks_total);
-  EXPECT_EQ(s.generated_tokens, 16 * 24);
-  // At the peak, each running sequence leaves at most part of its last block unfilled.
-  EXPECT_GT(s.kv_peak_blocks_used, 16);
-  EXPECT_LT(s.kv_peak_unused_tokens, 16 * 16);
 }
 
 TEST_F(EngineTest, PreemptionUnderATinyPoolGivesIdenticalOutputs) {

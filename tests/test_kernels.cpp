@@ -217,13 +217,15 @@ TEST(Kernels, MatmulMatchesReference) {
 }
 
 // Attention over scattered pages of two sequences, for each page layout the cache uses: transposed K pages
-// of 16 or 32 tokens (the page kernel; F32 and F16 elements) and 4-token pages (the generic path).
+// of 16 or 32 tokens and of 4 or 8 (the page kernel, its tiles spanning pages; F32, F16 and BF16 elements),
+// and 6-token pages (the generic path).
 TEST(Kernels, PagedAttentionMatchesFullSoftmax) {
   ThreadPool pool(2);
-  const int n_heads = 8, n_kv = 2, hd = 64, n_blocks = 12;
+  const int n_heads = 8, n_kv = 2, hd = 64, n_blocks = 48;
   for (const auto& [bs, type] : std::vector<std::pair<int, KvType>>{
-           {16, KvType::F32}, {16, KvType::F16}, {32, KvType::F16}, {4, KvType::F32}, {16, KvType::BF16},
-           {32, KvType::BF16}, {4, KvType::BF16}}) {
+           {16, KvType::F32}, {16, KvType::F16}, {32, KvType::F16}, {16, KvType::BF16}, {32, KvType::BF16},
+           {4, KvType::F32}, {4, KvType::F16}, {4, KvType::BF16}, {8, KvType::F32}, {8, KvType::F16},
+           {8, KvType::BF16}, {6, KvType::F32}, {6, KvType::F16}}) {
     SCOPED_TRACE("block_size " + std::to_string(bs) + " type " + std::to_string(static_cast<int>(type)));
     const size_t elems = static_cast<size_t>(n_blocks) * n_kv * bs * hd, bytes = elems * (type == KvType::F16 ? 2 : 4);
     std::vector<uint8_t> k(bytes), v(bytes);
@@ -237,16 +239,17 @@ TEST(Kernels, PagedAttentionMatchesFullSoftmax) {
             kv.set_k(blk, h, o, d, kvals[i]);
             kv.set_v(blk, h, o, d, vvals[i]);
           }
-    const std::vector<int32_t> table_a = {7, 2, 9, 0, 5, 1, 3, 4, 6, 8, 10, 11}, table_b = {1, 11, 3};
+    std::vector<int32_t> table_a(n_blocks);
+    for (int i = 0; i < n_blocks; ++i) table_a[static_cast<size_t>(i)] = (i * 7 + 3) % n_blocks;  // scattered
+    const std::vector<int32_t> table_b = {1, 11, 3, 40};
     std::vector<int32_t> positions = {0, 5, 17, 19, 3, 10};
     std::vector<const int32_t*> tables = {table_a.data(), table_a.data(), table_a.data(), table_a.data(),
                                           table_b.data(), table_b.data()};
     // Around the kernel's 128-key softmax chunks, and the whole of sequence a.
-    if (bs >= 16)
-      for (int32_t pos : {126, 127, 128, 145, bs * 12 - 1}) {
-        positions.push_back(pos);
-        tables.push_back(table_a.data());
-      }
+    for (int32_t pos : {126, 127, 128, 145, 161, bs * n_blocks - 1}) {
+      positions.push_back(pos);
+      tables.push_back(table_a.data());
+    }
     const AttentionRows rows{positions, tables};
     const int n_tok = static_cast<int>(positions.size());
     const auto q = random_vector(static_cast<size_t>(n_tok) * n_heads * hd, 23, 0.3f);

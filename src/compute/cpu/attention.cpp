@@ -1,4 +1,4 @@
-// Paged causal attention. The fast path (transposed K pages whose size is a multiple of 16, head widths
+// Paged causal attention. The fast path (transposed K pages of 4, 8 or a multiple of 16 tokens, head widths
 // up to 256) runs the per-ISA page kernel of attention_impl.h over (token, KV head) items. Other layouts
 // (latent attention's shared rows, odd page sizes) take the generic path below: an online softmax over one
 // key at a time, reading elements through the view.
@@ -97,7 +97,7 @@ namespace ops {
 
 void attention_paged(ThreadPool& pool, const float* q, const KvLayerView& kv, const AttentionRows& rows,
                      float* out, int n_tok, int n_heads, float scale) {
-  const bool fast = kv.k_transposed && !kv.v_in_k() && kv.block_size % kAttendTile == 0 &&
+  const bool fast = kv.k_transposed && !kv.v_in_k() && attend_page_size_ok(kv.block_size) &&
                     kv.k_dim <= kAttendMaxDim && kv.v_dim <= kAttendMaxDim && kv.v_dim % kAttendTile == 0 &&
                     kv.k_dim % 2 == 0;
   const AttendFn attend_fn = fast ? attend_kernel(kv.type) : nullptr;

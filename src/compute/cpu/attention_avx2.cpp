@@ -13,6 +13,14 @@ struct Vec256 {
   static type set1(float x) { return _mm256_set1_ps(x); }
   static type load(const float* p) { return _mm256_loadu_ps(p); }
   static type load(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  // Lanes from two pages of 4 keys: the halves of a vector.
+  static type load2(const float* p0, const float* p1) {
+    return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p0)), _mm_loadu_ps(p1), 1);
+  }
+  static type load2(const uint16_t* p0, const uint16_t* p1) {
+    return _mm256_cvtph_ps(_mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p0)),
+                                              _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p1))));
+  }
   static void store(float* p, type v) { _mm256_storeu_ps(p, v); }
   static type add(type a, type b) { return _mm256_add_ps(a, b); }
   static type sub(type a, type b) { return _mm256_sub_ps(a, b); }

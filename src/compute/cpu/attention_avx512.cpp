@@ -13,6 +13,29 @@ struct Vec512 {
   static type set1(float x) { return _mm512_set1_ps(x); }
   static type load(const float* p) { return _mm512_loadu_ps(p); }
   static type load(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+  // Lanes from two (load2) or four (load4) pages: halves / quarters of a vector.
+  static type load2(const float* p0, const float* p1) {
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(_mm256_loadu_ps(p0))),
+                                               _mm256_castps_pd(_mm256_loadu_ps(p1)), 1));
+  }
+  static type load4(const float* p0, const float* p1, const float* p2, const float* p3) {
+    __m512 v = _mm512_castps128_ps512(_mm_loadu_ps(p0));
+    v = _mm512_insertf32x4(v, _mm_loadu_ps(p1), 1);
+    v = _mm512_insertf32x4(v, _mm_loadu_ps(p2), 2);
+    return _mm512_insertf32x4(v, _mm_loadu_ps(p3), 3);
+  }
+  static type load2(const uint16_t* p0, const uint16_t* p1) {
+    const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p0));
+    const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p1));
+    return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1));
+  }
+  static type load4(const uint16_t* p0, const uint16_t* p1, const uint16_t* p2, const uint16_t* p3) {
+    const __m128i a = _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p0)),
+                                         _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p1)));
+    const __m128i b = _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p2)),
+                                         _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p3)));
+    return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(a), b, 1));
+  }
   static void store(float* p, type v) { _mm512_storeu_ps(p, v); }
   static type add(type a, type b) { return _mm512_add_ps(a, b); }
   static type sub(type a, type b) { return _mm512_sub_ps(a, b); }
@@ -50,10 +73,29 @@ AttendFn attend_kernel_avx512(bool f16) { return f16 ? attend<Vec512, uint16_t> 
 namespace kestrel {
 namespace {
 
-template <int GC>
+// One row (a pair of dimensions) of a tile's 16 keys: 32 bf16 from SPLIT pages (SPLIT = 16 / page size for
+// pages of 4 or 8 keys).
+template <int SPLIT>
+__m512bh load_key_pairs(const uint16_t* const* parts, size_t row) {
+  if constexpr (SPLIT == 1) {
+    return (__m512bh)_mm512_loadu_si512(parts[0] + row);
+  } else if constexpr (SPLIT == 2) {
+    const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(parts[0] + row));
+    const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(parts[1] + row));
+    return (__m512bh)_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+  } else {
+    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(parts[0] + row)));
+    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(parts[1] + row)), 1);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(parts[2] + row)), 2);
+    return (__m512bh)_mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(parts[3] + row)), 3);
+  }
+}
+
+template <int GC, int SPLIT>
 void attend_bf16_chunk(const AttendArgs& a, int g0) {
-  constexpr int B = kAttendTile, CK = kAttendChunk;
+  constexpr int B = kAttendTile, CK = kAttendChunk, PART = B / SPLIT;
   const int d = a.d, dv = a.dv, bs = a.block_size;
+  const int page_keys = bs < B ? bs : B;
   alignas(64) uint16_t qb[GC][kAttendMaxDim];  // scaled queries as bf16
   alignas(64) float acc[GC][kAttendMaxDim];
   alignas(64) float sc[GC][CK];     // scores of the current chunk
@@ -70,17 +112,28 @@ void attend_bf16_chunk(const AttendArgs& a, int g0) {
   }
   const auto* kbase = static_cast<const uint16_t*>(a.k);
   const auto* vbase = static_cast<const uint16_t*>(a.v);
-  const uint16_t* vtile[CK / B];  // [tiles] first key-pair row of each tile's V
+  const uint16_t* vpair[CK / 2];  // [chunk key pairs] each pair's V row: [dv][2]
   for (int chunk = 0; chunk < a.n_keys; chunk += CK) {
     const int n = a.n_keys - chunk < CK ? a.n_keys - chunk : CK;
     const int tiles = (n + B - 1) / B;
     for (int t = 0; t < tiles; ++t) {
       const int start = chunk + t * B;
-      const size_t page = static_cast<size_t>(a.kv_head) * a.n_blocks + a.table[start / bs];
-      const int offset = start % bs;
-      const uint16_t* kp = kbase + page * bs * d + offset * 2;         // pair rows [d / 2][bs][2]
-      vtile[t] = vbase + page * bs * dv + (offset / 2) * dv * 2;        // key-pair rows [bs / 2][dv][2]
-      if (const int ahead = start + kAttendPrefetchTiles * B; ahead < a.n_keys && ahead % bs == 0) {
+      const uint16_t* kparts[SPLIT];  // pair rows [d / 2][bs][2] of each page of the tile
+      for (int s = 0; s < SPLIT; ++s) {
+        const int pos = start + s * PART < a.n_keys ? start + s * PART : start;  // past the end: masked
+        const size_t page = static_cast<size_t>(a.kv_head) * a.n_blocks + a.table[pos / bs];
+        kparts[s] = kbase + page * bs * d + (pos % bs) * 2;
+      }
+      for (int j = 0; j < B; j += page_keys) {
+        const int pos = start + j;
+        if (pos >= a.n_keys) break;
+        const size_t page = static_cast<size_t>(a.kv_head) * a.n_blocks + a.table[pos / bs];
+        const uint16_t* v0 = vbase + page * bs * dv + ((pos % bs) / 2) * dv * 2;  // key-pair rows [bs / 2][dv][2]
+        for (int r = 0; r < page_keys / 2; ++r) vpair[(t * B + j) / 2 + r] = v0 + static_cast<size_t>(r) * dv * 2;
+      }
+      for (int j = 0; j < B; j += page_keys) {
+        const int ahead = start + j + kAttendPrefetchTiles * B;
+        if (ahead >= a.n_keys || ahead % bs != 0) continue;
         const size_t next = static_cast<size_t>(a.kv_head) * a.n_blocks + a.table[ahead / bs];
         const char* kn = reinterpret_cast<const char*>(kbase + next * bs * d);
         const char* vn = reinterpret_cast<const char*>(vbase + next * bs * dv);
@@ -90,7 +143,7 @@ void attend_bf16_chunk(const AttendArgs& a, int g0) {
       __m512 s[GC];
       for (int g = 0; g < GC; ++g) s[g] = _mm512_setzero_ps();
       for (int i = 0; i < d / 2; ++i) {
-        const __m512bh k = (__m512bh)_mm512_loadu_si512(kp + static_cast<size_t>(i) * bs * 2);
+        const __m512bh k = load_key_pairs<SPLIT>(kparts, static_cast<size_t>(i) * bs * 2);
         for (int g = 0; g < GC; ++g) {
           const auto pair = reinterpret_cast<const int32_t*>(qb[g])[i];
           s[g] = _mm512_dpbf16_ps(s[g], k, (__m512bh)_mm512_set1_epi32(pair));
@@ -120,18 +173,15 @@ void attend_bf16_chunk(const AttendArgs& a, int g0) {
         for (int i = 0; i < dv; i += 16)
           _mm512_storeu_ps(acc[g] + i, _mm512_mul_ps(_mm512_loadu_ps(acc[g] + i), _mm512_set1_ps(correction)));
     }
+    const int pairs = (n + 1) / 2;  // a padding key has probability 0
     for (int i = 0; i < dv; i += 16) {
       __m512 o[GC];
       for (int g = 0; g < GC; ++g) o[g] = _mm512_loadu_ps(acc[g] + i);
-      for (int t = 0; t < tiles; ++t) {
-        const int nt = n - t * B < B ? n - t * B : B;
-        const int pairs = (nt + 1) / 2;  // a padding key has probability 0
-        for (int j = 0; j < pairs; ++j) {
-          const __m512bh v = (__m512bh)_mm512_loadu_si512(vtile[t] + (static_cast<size_t>(j) * dv + i) * 2);
-          for (int g = 0; g < GC; ++g) {
-            const int32_t pair = reinterpret_cast<const int32_t*>(pb[g] + t * B)[j];
-            o[g] = _mm512_dpbf16_ps(o[g], v, (__m512bh)_mm512_set1_epi32(pair));
-          }
+      for (int j = 0; j < pairs; ++j) {
+        const __m512bh v = (__m512bh)_mm512_loadu_si512(vpair[j] + static_cast<size_t>(i) * 2);
+        for (int g = 0; g < GC; ++g) {
+          const int32_t pair = reinterpret_cast<const int32_t*>(pb[g])[j];
+          o[g] = _mm512_dpbf16_ps(o[g], v, (__m512bh)_mm512_set1_epi32(pair));
         }
       }
       for (int g = 0; g < GC; ++g) _mm512_storeu_ps(acc[g] + i, o[g]);
@@ -143,19 +193,26 @@ void attend_bf16_chunk(const AttendArgs& a, int g0) {
   }
 }
 
-void attend_bf16(const AttendArgs& a) {
+template <int SPLIT>
+void attend_bf16_split(const AttendArgs& a) {
   for (int g0 = 0; g0 < a.G; g0 += 8) {
     switch (a.G - g0 < 8 ? a.G - g0 : 8) {
-      case 1: attend_bf16_chunk<1>(a, g0); break;
-      case 2: attend_bf16_chunk<2>(a, g0); break;
-      case 3: attend_bf16_chunk<3>(a, g0); break;
-      case 4: attend_bf16_chunk<4>(a, g0); break;
-      case 5: attend_bf16_chunk<5>(a, g0); break;
-      case 6: attend_bf16_chunk<6>(a, g0); break;
-      case 7: attend_bf16_chunk<7>(a, g0); break;
-      default: attend_bf16_chunk<8>(a, g0); break;
+      case 1: attend_bf16_chunk<1, SPLIT>(a, g0); break;
+      case 2: attend_bf16_chunk<2, SPLIT>(a, g0); break;
+      case 3: attend_bf16_chunk<3, SPLIT>(a, g0); break;
+      case 4: attend_bf16_chunk<4, SPLIT>(a, g0); break;
+      case 5: attend_bf16_chunk<5, SPLIT>(a, g0); break;
+      case 6: attend_bf16_chunk<6, SPLIT>(a, g0); break;
+      case 7: attend_bf16_chunk<7, SPLIT>(a, g0); break;
+      default: attend_bf16_chunk<8, SPLIT>(a, g0); break;
     }
   }
+}
+
+void attend_bf16(const AttendArgs& a) {
+  if (a.block_size == 4) return attend_bf16_split<4>(a);
+  if (a.block_size == 8) return attend_bf16_split<2>(a);
+  attend_bf16_split<1>(a);
 }
 
 }  // namespace

@@ -4,7 +4,9 @@
 // Written once over a small vector interface and compiled per ISA: included by attention.cpp (scalar),
 // attention_avx2.cpp and attention_avx512.cpp, each of which defines its vector type first (see
 // attend_chunk). Everything here has internal linkage and uses no library code, so ISA copies never mix.
-// Head widths must be multiples of the vector width (16 covers every model here).
+// Head widths must be multiples of the vector width (16 covers every model here). Pages hold a multiple of
+// 16 tokens, or 4 or 8: then a tile's 16 keys span several pages and a vector's lanes are assembled from
+// the pages' rows (V::load2 / V::load4 join halves / quarters), so small pages keep the same kernel.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -18,7 +20,7 @@ struct AttendArgs {
   const void* k;         // layer K base: pages [block][kv_head][d][block_size]
   const void* v;         // layer V base: pages [block][kv_head][block_size][v_stride]
   int v_stride;
-  int block_size;        // a multiple of kAttendTile
+  int block_size;        // a multiple of kAttendTile, or 4 or 8
   int n_blocks, kv_head;  // pages per KV head (pages are ordered [kv_head][block]); this item's head
   const int32_t* table;  // the sequence's block table
   int n_keys;            // attend to positions [0, n_keys)
@@ -29,6 +31,11 @@ constexpr int kAttendTile = 16;    // keys scored together (page sizes must be a
 constexpr int kAttendChunk = 128;  // keys per softmax update (a multiple of kAttendTile)
 constexpr int kAttendPrefetchTiles = 4;  // how far ahead pages are prefetched
 constexpr int kAttendMaxDim = 256;  // largest head width it handles (a multiple of 16)
+constexpr int kAttendMinPage = 4;   // smallest page size the kernels handle
+// Page sizes the kernels handle.
+inline bool attend_page_size_ok(int block_size) {
+  return block_size % kAttendTile == 0 || block_size == 4 || block_size == 8;
+}
 
 namespace {
 
@@ -50,18 +57,29 @@ inline float attend_exp_scalar(float x) {
   return p * __builtin_bit_cast(float, bits);
 }
 
+// The K rows of one vector of a tile: SPLIT parts of W / SPLIT keys, each from its own page.
+template <typename V, typename T, int SPLIT>
+typename V::type attend_load_keys(const T* const* parts, size_t row) {
+  if constexpr (SPLIT == 1) return V::load(parts[0] + row);
+  else if constexpr (SPLIT == 2) return V::load2(parts[0] + row, parts[1] + row);
+  else return V::load4(parts[0] + row, parts[1] + row, parts[2] + row, parts[3] + row);
+}
+
 // GC query heads starting at g0 of the group (GC a compile-time count so score tiles stay in registers).
 // V is the including file's vector type: V::W lanes, V::kMaxGroup heads per pass, and zero, set1,
 // load(float*), load(uint16_t*) (fp16 bits), store, add, sub, mul, fma(a, b, c) = a * b + c, max,
-// reduce_max, reduce_add, and exp (for arguments <= 0).
+// reduce_max, reduce_add, exp (for arguments <= 0), and for pages smaller than W, load2 / load4.
+// SPLIT: pages per vector (W / block_size when pages are smaller than a vector, else 1).
 // Keys are taken kAttendChunk at a time: the chunk's scores are computed tile by tile into a small buffer,
 // one softmax update covers the whole chunk (one max, one rescale of the accumulators), then its values are
 // accumulated with the heads' accumulators held in registers across the chunk's tiles.
-template <typename V, typename T, int GC>
+template <typename V, typename T, int GC, int SPLIT>
 void attend_chunk(const AttendArgs& a, int g0) {
   constexpr int B = kAttendTile, CK = kAttendChunk, W = V::W, NV = B / W;  // vectors per 16-key tile
+  constexpr int PART = W / SPLIT;  // keys of one vector that lie in one page
   using vec = typename V::type;
   const int d = a.d, dv = a.dv, bs = a.block_size;
+  const int page_keys = bs < B ? bs : B;  // keys of a tile in one page
   alignas(64) float q[GC][kAttendMaxDim];
   alignas(64) float acc[GC][kAttendMaxDim];
   alignas(64) float p[GC][CK];  // scores, then probabilities, of the current chunk
@@ -74,19 +92,34 @@ void attend_chunk(const AttendArgs& a, int g0) {
   }
   const T* kbase = static_cast<const T*>(a.k);
   const T* vbase = static_cast<const T*>(a.v);
-  const T* vtile[CK / B];  // [tiles] first V row of each tile of the chunk
+  const T* vrow[CK];  // [chunk keys] each key's V row
   for (int chunk = 0; chunk < a.n_keys; chunk += CK) {
     const int n = a.n_keys - chunk < CK ? a.n_keys - chunk : CK;
     const int tiles = (n + B - 1) / B;
     for (int t = 0; t < tiles; ++t) {
       const int start = chunk + t * B;
-      const size_t page = static_cast<size_t>(a.kv_head) * a.n_blocks + a.table[start / bs];
-      const int offset = start % bs;                 // this tile's first key within the page
-      const T* kp = kbase + page * bs * d + offset;  // [d][bs], 16 columns used
-      vtile[t] = vbase + (page * bs + offset) * a.v_stride;  // [16][v_stride]
+      // Where each part of each vector of the tile starts ([d][bs] K pages), and each key's V row.
+      const T* kparts[NV][SPLIT];
+      for (int c = 0; c < NV; ++c)
+        for (int s = 0; s < SPLIT; ++s) {
+          // First key of this part; parts past the end read the tile's first page instead (their scores are
+          // masked), so no page beyond the sequence's block table is looked up.
+          const int pos = start + c * W + s * PART < a.n_keys ? start + c * W + s * PART : start;
+          const size_t page = static_cast<size_t>(a.kv_head) * a.n_blocks + a.table[pos / bs];
+          kparts[c][s] = kbase + page * bs * d + pos % bs;
+        }
+      for (int j = 0; j < B; j += page_keys) {
+        const int pos = start + j;
+        if (pos >= a.n_keys) break;
+        const size_t page = static_cast<size_t>(a.kv_head) * a.n_blocks + a.table[pos / bs];
+        const T* v0 = vbase + (page * bs + pos % bs) * a.v_stride;
+        for (int r = 0; r < page_keys; ++r) vrow[t * B + j + r] = v0 + static_cast<size_t>(r) * a.v_stride;
+      }
       // Pages lie anywhere in memory, so hardware prefetchers lose the stream at each page: fetch the K and
-      // V of the page kAttendPrefetchTiles tiles ahead into L2 now.
-      if (const int ahead = start + kAttendPrefetchTiles * B; ahead < a.n_keys && ahead % bs == 0) {
+      // V of the pages kAttendPrefetchTiles tiles ahead into L2 now.
+      for (int j = 0; j < B; j += page_keys) {
+        const int ahead = start + j + kAttendPrefetchTiles * B;
+        if (ahead >= a.n_keys || ahead % bs != 0) continue;
         const size_t next = static_cast<size_t>(a.kv_head) * a.n_blocks + a.table[ahead / bs];
         const char* kn = reinterpret_cast<const char*>(kbase + next * bs * d);
         const char* vn = reinterpret_cast<const char*>(vbase + next * bs * a.v_stride);
@@ -99,7 +132,7 @@ void attend_chunk(const AttendArgs& a, int g0) {
         for (int c = 0; c < NV; ++c) s[g][c] = V::zero();
       for (int i = 0; i < d; ++i) {
         vec k[NV];
-        for (int c = 0; c < NV; ++c) k[c] = V::load(kp + static_cast<size_t>(i) * bs + c * W);
+        for (int c = 0; c < NV; ++c) k[c] = attend_load_keys<V, T, SPLIT>(kparts[c], static_cast<size_t>(i) * bs);
         for (int g = 0; g < GC; ++g) {
           const vec qi = V::set1(q[g][i]);
           for (int c = 0; c < NV; ++c) s[g][c] = V::fma(qi, k[c], s[g][c]);
@@ -133,12 +166,9 @@ void attend_chunk(const AttendArgs& a, int g0) {
     for (int i = 0; i < dv; i += W) {
       vec o[GC];
       for (int g = 0; g < GC; ++g) o[g] = V::load(acc[g] + i);
-      for (int t = 0; t < tiles; ++t) {
-        const int nt = n - t * B < B ? n - t * B : B;
-        for (int j = 0; j < nt; ++j) {
-          const vec v = V::load(vtile[t] + static_cast<size_t>(j) * a.v_stride + i);
-          for (int g = 0; g < GC; ++g) o[g] = V::fma(V::set1(p[g][t * B + j]), v, o[g]);
-        }
+      for (int j = 0; j < n; ++j) {
+        const vec v = V::load(vrow[j] + i);
+        for (int g = 0; g < GC; ++g) o[g] = V::fma(V::set1(p[g][j]), v, o[g]);
       }
       for (int g = 0; g < GC; ++g) V::store(acc[g] + i, o[g]);
     }
@@ -149,21 +179,32 @@ void attend_chunk(const AttendArgs& a, int g0) {
   }
 }
 
-template <typename V, typename T>
-void attend(const AttendArgs& a) {
+template <typename V, typename T, int SPLIT>
+void attend_split(const AttendArgs& a) {
   constexpr int C = V::kMaxGroup;  // heads per pass, bounded by the register file
   for (int g0 = 0; g0 < a.G; g0 += C) {
     switch (a.G - g0 < C ? a.G - g0 : C) {
-      case 1: attend_chunk<V, T, 1>(a, g0); break;
-      case 2: attend_chunk<V, T, (C >= 2 ? 2 : 1)>(a, g0); break;
-      case 3: attend_chunk<V, T, (C >= 3 ? 3 : 1)>(a, g0); break;
-      case 4: attend_chunk<V, T, (C >= 4 ? 4 : 1)>(a, g0); break;
-      case 5: attend_chunk<V, T, (C >= 5 ? 5 : 1)>(a, g0); break;
-      case 6: attend_chunk<V, T, (C >= 6 ? 6 : 1)>(a, g0); break;
-      case 7: attend_chunk<V, T, (C >= 7 ? 7 : 1)>(a, g0); break;
-      default: attend_chunk<V, T, (C >= 8 ? 8 : 1)>(a, g0); break;
+      case 1: attend_chunk<V, T, 1, SPLIT>(a, g0); break;
+      case 2: attend_chunk<V, T, (C >= 2 ? 2 : 1), SPLIT>(a, g0); break;
+      case 3: attend_chunk<V, T, (C >= 3 ? 3 : 1), SPLIT>(a, g0); break;
+      case 4: attend_chunk<V, T, (C >= 4 ? 4 : 1), SPLIT>(a, g0); break;
+      case 5: attend_chunk<V, T, (C >= 5 ? 5 : 1), SPLIT>(a, g0); break;
+      case 6: attend_chunk<V, T, (C >= 6 ? 6 : 1), SPLIT>(a, g0); break;
+      case 7: attend_chunk<V, T, (C >= 7 ? 7 : 1), SPLIT>(a, g0); break;
+      default: attend_chunk<V, T, (C >= 8 ? 8 : 1), SPLIT>(a, g0); break;
     }
   }
+}
+
+template <typename V, typename T>
+void attend(const AttendArgs& a) {
+  if constexpr (V::W >= 16) {
+    if (a.block_size == 4) return attend_split<V, T, V::W / 4>(a);
+  }
+  if constexpr (V::W >= 8) {
+    if (a.block_size < V::W) return attend_split<V, T, 2>(a);  // 8-key pages of 16 lanes, 4-key pages of 8
+  }
+  attend_split<V, T, 1>(a);
 }
 
 }  // namespace
