@@ -30,6 +30,7 @@ struct ServeBenchArgs {
   std::string api_key, model = "kestrel", output = "md";
   int requests = 32, concurrency = 8;
   int prefix_tokens = 400, unique_tokens = 15, max_tokens = 64;
+  int min_tokens = 0;  // > 0: each request generates a seeded-random count in [min_tokens, max_tokens]
   int vocab = 32000;
   uint64_t seed = 1;
 };
@@ -62,12 +63,13 @@ double scrape(const std::string& metrics, const std::string& name) {
   return -1;
 }
 
-RequestResult run_one(const std::string& url, const ServeBenchArgs& a, const std::vector<int32_t>& prompt) {
+RequestResult run_one(const std::string& url, const ServeBenchArgs& a, const std::vector<int32_t>& prompt,
+                      int max_tokens) {
   RequestResult r;
   httplib::Client client(url);
   client.set_read_timeout(600, 0);
   client.set_connection_timeout(30, 0);
-  const json body = {{"model", a.model},   {"prompt", prompt},   {"max_tokens", a.max_tokens}, {"temperature", 0},
+  const json body = {{"model", a.model},   {"prompt", prompt},   {"max_tokens", max_tokens}, {"temperature", 0},
                      {"ignore_eos", true}, {"stream", true},     {"stream_options", {{"include_usage", true}}}};
   httplib::Request req;
   req.method = "POST";
@@ -124,10 +126,13 @@ int run_bench_serve(const ServeBenchArgs& a) {
   if (shared)
     for (int i = 0; i < a.prefix_tokens; ++i) prefix.push_back(token(rng));
   std::vector<std::vector<int32_t>> prompts;
+  std::vector<int> lengths;  // tokens to generate per request
+  std::uniform_int_distribution<int> length(a.min_tokens > 0 ? std::min(a.min_tokens, a.max_tokens) : a.max_tokens, a.max_tokens);
   for (int r = 0; r < a.requests; ++r) {
     std::vector<int32_t> p = prefix;
     for (int i = 0; i < a.unique_tokens; ++i) p.push_back(token(rng));
     prompts.push_back(std::move(p));
+    lengths.push_back(length(rng));
   }
   httplib::Client probe(a.url);
   httplib::Headers auth;
@@ -141,7 +146,7 @@ int run_bench_serve(const ServeBenchArgs& a) {
   std::vector<std::thread> workers;
   for (int w = 0; w < a.concurrency; ++w)
     workers.emplace_back([&] {
-      for (size_t i; (i = next.fetch_add(1)) < prompts.size();) results[i] = run_one(a.url, a, prompts[i]);
+      for (size_t i; (i = next.fetch_add(1)) < prompts.size();) results[i] = run_one(a.url, a, prompts[i], lengths[i]);
     });
   for (auto& t : workers) t.join();
   const double elapsed = wall.elapsed_s();
@@ -180,8 +185,9 @@ int run_bench_serve(const ServeBenchArgs& a) {
   } else {
     std::printf("| workload | requests | in flight | prompt | gen | output tok/s | TTFT p50 | TTFT p99 | TPOT p50 | TPOT p99 | errors | prefix hits |\n");
     std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
-    std::printf("| %s | %d | %d | %d | %d | %.1f | %.2f s | %.2f s | %.0f ms | %.0f ms | %d | %s |\n", a.workload.c_str(),
-                a.requests, a.concurrency, report["prompt_tokens"].get<int>(), a.max_tokens,
+    std::printf("| %s | %d | %d | %d | %s | %.1f | %.2f s | %.2f s | %.0f ms | %.0f ms | %d | %s |\n", a.workload.c_str(),
+                a.requests, a.concurrency, report["prompt_tokens"].get<int>(),
+                (a.min_tokens > 0 ? std::to_string(a.min_tokens) + "-" : std::string()).append(std::to_string(a.max_tokens)).c_str(),
                 report["output_tok_s"].get<double>(), percentile(ttft, 50), percentile(ttft, 99),
                 percentile(tpot, 50) * 1e3, percentile(tpot, 99) * 1e3, errors,
                 hit_rate < 0 ? "n/a" : (std::to_string(static_cast<int>(hit_rate * 100 + 0.5)) + "%").c_str());
@@ -205,6 +211,7 @@ CLI::App* add_bench_serve(CLI::App& bench, Action& run) {
   cmd->add_option("--prefix-tokens", a->prefix_tokens, "Shared system-prompt tokens (shared-prefix)")->capture_default_str();
   cmd->add_option("--unique-tokens", a->unique_tokens, "Unique prompt tokens per request")->capture_default_str();
   cmd->add_option("--max-tokens", a->max_tokens, "Tokens generated per request (ignore_eos)")->capture_default_str();
+  cmd->add_option("--min-tokens", a->min_tokens, "If set: requests generate a random count in [min, max] tokens");
   cmd->add_option("--vocab", a->vocab, "Prompt token ids are drawn from [100, vocab)")->capture_default_str();
   cmd->add_option("--seed", a->seed, "Seed of the prompt generator")->capture_default_str();
   cmd->add_option("--api-key", a->api_key, "Bearer key");
