@@ -4,6 +4,7 @@
 #include <map>
 
 #include "engine/engine.h"
+#include "stories_model.h"
 #include "test_support.h"
 #include "tokenizer/tokenizer.h"
 
@@ -15,12 +16,11 @@ class EngineTest : public ::testing::Test {
   void SetUp() override {
     const std::string shared = test::shared_dir();
     if (shared.empty()) GTEST_SKIP() << "../shared not found (set KESTREL_SHARED); skipping";
-    auto model = Model::load(shared + "/models/stories260K/stories260K.gguf");
-    ASSERT_TRUE(model.ok()) << model.error();
-    model_ = std::move(model).value();
-    auto tokenizer = Tokenizer::from_gguf(model_->file());
-    ASSERT_TRUE(tokenizer.ok()) << tokenizer.error();
-    tokenizer_ = std::make_unique<Tokenizer>(std::move(tokenizer).value());
+    test::StoriesModel stories;
+    test::load_stories(shared, stories);
+    if (HasFatalFailure()) return;
+    model_ = std::move(stories.model);
+    tokenizer_ = std::move(stories.tokenizer);
   }
 
   // 16 prompts of different lengths; some share long prefixes.

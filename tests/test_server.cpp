@@ -12,6 +12,7 @@
 
 #include "server/engine_loop.h"
 #include "server/http_server.h"
+#include "stories_model.h"
 #include "test_support.h"
 #include "tokenizer/chat_template.h"
 
@@ -25,12 +26,11 @@ class ServerTest : public ::testing::Test {
   void start(size_t max_pending = 64, const std::string& api_key = "") {
     const std::string shared = test::shared_dir();
     if (shared.empty()) GTEST_SKIP() << "../shared not found (set KESTREL_SHARED); skipping";
-    auto model = Model::load(shared + "/models/stories260K/stories260K.gguf");
-    ASSERT_TRUE(model.ok()) << model.error();
-    model_ = std::move(model).value();
-    auto tokenizer = Tokenizer::from_gguf(model_->file());
-    ASSERT_TRUE(tokenizer.ok());
-    tokenizer_ = std::make_unique<Tokenizer>(std::move(tokenizer).value());
+    test::StoriesModel stories;
+    test::load_stories(shared, stories);
+    if (HasFatalFailure()) return;
+    model_ = std::move(stories.model);
+    tokenizer_ = std::move(stories.tokenizer);
     auto tmpl = ChatTemplate::parse(test::read_file(shared + "/chat-templates/Qwen-Qwen2.5-7B-Instruct.jinja"));
     ASSERT_TRUE(tmpl.ok()) << tmpl.error();
     template_ = std::make_unique<ChatTemplate>(std::move(tmpl).value());

@@ -2,11 +2,13 @@
 
 #include <cstring>
 
+#include "core/large_buffer.h"
+
 namespace kestrel {
 
 KvStorage::KvStorage(const KvCacheSpec& spec) : spec_(spec) {
-  k_.assign(spec.elements_per_layer_k() * spec.n_layers * spec.element_bytes(), 0);
-  v_.assign(spec.elements_per_layer_v() * spec.n_layers * spec.element_bytes(), 0);
+  k_ = allocate_large_buffer(spec.elements_per_layer_k() * spec.n_layers * spec.element_bytes());
+  v_ = allocate_large_buffer(spec.elements_per_layer_v() * spec.n_layers * spec.element_bytes());
 }
 
 void KvStorage::copy_block(int32_t src, int32_t dst) {
@@ -28,8 +30,8 @@ void KvStorage::copy_block(int32_t src, int32_t dst) {
 
 KvLayerView KvStorage::layer(int il) {
   KvLayerView view;
-  view.k = k_.data() + spec_.elements_per_layer_k() * spec_.element_bytes() * il;
-  view.v = spec_.v_in_k ? view.k : v_.data() + spec_.elements_per_layer_v() * spec_.element_bytes() * il;
+  view.k = k_.get() + spec_.elements_per_layer_k() * spec_.element_bytes() * il;
+  view.v = spec_.v_in_k ? view.k : v_.get() + spec_.elements_per_layer_v() * spec_.element_bytes() * il;
   view.type = spec_.type;
   view.k_transposed = !spec_.v_in_k;
   view.block_size = spec_.block_size;

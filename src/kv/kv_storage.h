@@ -4,6 +4,7 @@
 // Block ids come from a BlockPool of the same n_blocks; this class only owns the bytes.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "compute/ops.h"
@@ -39,8 +40,9 @@ class KvStorage {
 
  private:
   KvCacheSpec spec_;
-  std::vector<uint8_t> k_;  // [n_layers][n_blocks][n_kv_heads][page of K]
-  std::vector<uint8_t> v_;  // [n_layers][n_blocks][n_kv_heads][block_size][v_dim]; empty when v_in_k
+  // Huge-page backed (core/large_buffer.h): every decode step streams a sequence's pages of every layer.
+  std::shared_ptr<uint8_t[]> k_;  // [n_layers][n_kv_heads][n_blocks][page of K]
+  std::shared_ptr<uint8_t[]> v_;  // [n_layers][n_kv_heads][n_blocks][page of V]; unused when v_in_k
 };
 
 }  // namespace kestrel

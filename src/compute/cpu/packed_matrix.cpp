@@ -4,15 +4,11 @@
 #include <cstring>
 
 #include "core/fp16.h"
+#include "core/large_buffer.h"
 #include "quant/blocks.h"
 
 namespace kestrel {
 namespace {
-
-std::shared_ptr<uint8_t[]> aligned_bytes(size_t n) {
-  void* p = std::aligned_alloc(64, (n + 63) / 64 * 64);
-  return std::shared_ptr<uint8_t[]>(static_cast<uint8_t*>(p), [](uint8_t* q) { std::free(q); });
-}
 
 // Quantized value (before offset and scale) of element k of a block, in each source format.
 int q4_0_value(const BlockQ4_0& b, int k) { return k < 16 ? (b.qs[k] & 0xF) : (b.qs[k - 16] >> 4); }
@@ -73,7 +69,7 @@ std::optional<PackedMatrix> PackedMatrix::pack(const WeightMatrix& w) {
     default: return std::nullopt;
   }
   if (w.n_in % p.block_inputs != 0) return std::nullopt;
-  p.data = aligned_bytes(p.bytes());
+  p.data = allocate_large_buffer(p.bytes());
   for (int64_t g = 0; g < p.n_groups(); ++g) {
     for (int64_t b = 0; b < p.n_blocks(); ++b) {
       uint8_t* out = p.data.get() + (static_cast<size_t>(g * p.n_blocks() + b)) * p.block_bytes;
