@@ -2,6 +2,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
+
 #include "test_support.h"
 
 namespace kestrel {
@@ -43,6 +45,30 @@ TEST(Cli, MakeModelInfoTokenizeGenerateLogits) {
   EXPECT_EQ(bytes.size(), 8 + 4 * static_cast<size_t>(header[0]) * (1 + static_cast<size_t>(header[1])));
   std::filesystem::remove(model);
   std::filesystem::remove(logits);
+}
+
+// kestrel bench: llama-bench's JSON fields, one row per test, decode rows with their bandwidth ceiling.
+TEST(Cli, BenchReportsLlamaBenchRows) {
+  const std::string model = test::temp_path("bench.gguf");
+  std::string out;
+  ASSERT_EQ(test::run_command(kestrel_cmd("make-model -o " + model + " --type q4_0 --layers 1 2>&1"), out), 0) << out;
+  ASSERT_EQ(test::run_command(kestrel_cmd("bench -m " + model + " -p 16 -n 4 --seqs 2 -r 2 -t 2 -o json 2>/dev/null"), out), 0);
+  const auto rows = nlohmann::json::parse(out, nullptr, false);
+  ASSERT_TRUE(rows.is_array()) << out;
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0]["test"], "pp16");
+  EXPECT_EQ(rows[1]["test"], "tg4");
+  EXPECT_EQ(rows[2]["test"], "tg4x2");
+  for (const auto& r : rows) {
+    EXPECT_GT(r["avg_ts"].get<double>(), 0);
+    EXPECT_GE(r["stddev_ts"].get<double>(), 0);
+    EXPECT_EQ(r["samples_ts"].size(), 2u);
+  }
+  EXPECT_GT(rows[1]["bandwidth_gbs"].get<double>(), 0);
+  EXPECT_GT(rows[1]["bandwidth_fraction"].get<double>(), 0);
+  EXPECT_NE(test::run_command(kestrel_cmd("bench -p 16 2>&1"), out), 0);  // no model
+  EXPECT_NE(out.find("--model"), std::string::npos) << out;
+  std::filesystem::remove(model);
 }
 
 }  // namespace

@@ -37,7 +37,9 @@ class ServerTest : public ::testing::Test {
     EngineConfig config;
     config.n_blocks = 256;
     engine_ = std::make_unique<Engine>(*model_, pool_, config);
-    loop_ = std::make_unique<EngineLoop>(*engine_, max_pending);
+    loop_ = std::make_unique<EngineLoop>(*engine_, max_pending, [this](const std::vector<StepOutput>&, const EngineStats& s) {
+      metrics_.engine_stats(s);
+    });
     loop_->start();
     ServerConfig sc;
     sc.port = 0;
@@ -273,6 +275,25 @@ TEST_F(ServerTest, HundredClientsDisconnectingMidStreamLeaveNoBlocksInUse) {
   auto r = post("/v1/completions", R"({"prompt": "Once upon a time", "max_tokens": 2, "temperature": 0})");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
+}
+
+// kestrel bench serve against this server: no errors, every request's tokens, the prefix cache seen.
+TEST_F(ServerTest, BenchServeDrivesTheServer) {
+  start();
+  std::string out;
+  const std::string cmd = std::string(KESTREL_BINARY) + " bench serve --url http://127.0.0.1:" +
+                          std::to_string(server_->port()) +
+                          " --requests 12 --concurrency 4 --prefix-tokens 40 --unique-tokens 5 --max-tokens 8"
+                          " --min-tokens 4 --vocab 500 -o json 2>&1";
+  ASSERT_EQ(test::run_command(cmd, out), 0) << out;
+  const json r = json::parse(out, nullptr, false);
+  ASSERT_TRUE(r.is_object()) << out;
+  EXPECT_EQ(r["errors"], 0);
+  EXPECT_GE(r["output_tokens"].get<int>(), 12 * 4);
+  EXPECT_LE(r["output_tokens"].get<int>(), 12 * 8);
+  EXPECT_GT(r["output_tok_s"].get<double>(), 0);
+  EXPECT_GT(r["prefix_cache_hit_rate"].get<double>(), 0.5);
+  EXPECT_TRUE(wait_idle());
 }
 
 TEST_F(ServerTest, ShutdownRefusesNewRequestsWhileInFlightOnesFinish) {

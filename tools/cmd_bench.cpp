@@ -136,12 +136,10 @@ std::vector<int32_t> random_tokens(std::mt19937& rng, int n, int n_vocab) {
 
 int run_bench(BenchArgs& a) {
   ThreadPool pool(a.threads);
-  const double bandwidth = a.measure_bandwidth ? measure_read_bandwidth_gbs(pool) : 0;
   nlohmann::json json_rows = nlohmann::json::array();
   if (a.output == "md") {
-    if (bandwidth > 0) std::printf("memory read bandwidth (%d threads): %.1f GB/s\n\n", a.threads, bandwidth);
-    std::printf("| model | size | params | threads | test | t/s | decode %% of bandwidth ceiling |\n");
-    std::printf("| --- | ---: | ---: | ---: | --- | ---: | ---: |\n");
+    std::printf("| model | size | params | threads | test | t/s | read GB/s around the test | decode %% of bandwidth ceiling |\n");
+    std::printf("| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |\n");
   }
   std::mt19937 rng(1234);
   for (const std::string& path : a.models) {
@@ -166,6 +164,10 @@ int run_bench(BenchArgs& a) {
                             0, ng, d, s, {}});
         }
     for (Row& row : rows) {
+      // This machine's bandwidth drifts within minutes: a decode row's ceiling is the mean of passes right
+      // before and right after its repetitions.
+      const bool with_bandwidth = a.measure_bandwidth && row.n_gen > 0;
+      const double bandwidth_before = with_bandwidth ? measure_read_bandwidth_gbs(pool) : 0;
       for (int rep = 0; rep <= a.repetitions; ++rep) {  // rep 0 warms up
         const int n_ctx = row.depth + std::max(row.n_prompt, row.n_gen) + 1;
         BenchSequences seqs(*model, row.n_seqs, n_ctx, a.block_size, a.kv_type);
@@ -187,12 +189,14 @@ int run_bench(BenchArgs& a) {
         const double seconds = timer.elapsed_s();
         if (rep > 0) row.samples_ts.push_back((row.n_prompt + row.n_gen * row.n_seqs) / seconds);
       }
+      const double bandwidth = with_bandwidth ? (bandwidth_before + measure_read_bandwidth_gbs(pool)) / 2 : 0;
       // Decode reads every weight once per step, whatever the number of sequences.
       const double fraction = (row.n_gen > 0 && bandwidth > 0)
                                   ? bytes_per_token * row.avg_ts() / row.n_seqs / (bandwidth * 1e9) : 0;
       if (a.output == "md") {
-        std::printf("| %s | %.2f MiB | %.2f B | %d | %s | %.2f ± %.2f | %s |\n", path.c_str(), file_bytes / 1048576.0,
+        std::printf("| %s | %.2f MiB | %.2f B | %d | %s | %.2f ± %.2f | %s | %s |\n", path.c_str(), file_bytes / 1048576.0,
                     params / 1e9, a.threads, row.test.c_str(), row.avg_ts(), row.stddev_ts(),
+                    bandwidth > 0 ? std::to_string(static_cast<int>(std::lround(bandwidth))).c_str() : "",
                     fraction > 0 ? (std::to_string(static_cast<int>(std::lround(fraction * 100))) + "%").c_str() : "");
         std::fflush(stdout);
       }

@@ -191,9 +191,9 @@ int run_bench_serve(const ServeBenchArgs& a) {
                 report["output_tok_s"].get<double>(), percentile(ttft, 50), percentile(ttft, 99),
                 percentile(tpot, 50) * 1e3, percentile(tpot, 99) * 1e3, errors,
                 hit_rate < 0 ? "n/a" : (std::to_string(static_cast<int>(hit_rate * 100 + 0.5)) + "%").c_str());
+    if (kv_unused_at_peak >= 0)
+      std::printf("\nserver KV cache at its peak so far: %.1f%% of in-use positions unused\n", kv_unused_at_peak * 100);
   }
-  if (kv_unused_at_peak >= 0)
-    std::printf("\nserver KV cache at its peak so far: %.1f%% of in-use positions unused\n", kv_unused_at_peak * 100);
   if (errors) std::fprintf(stderr, "%d requests failed; first error: %s\n", errors, first_error.c_str());
   return errors == 0 ? 0 : 1;
 }
