@@ -4,6 +4,7 @@
 #include <random>
 
 #include "compute/cpu/dot.h"
+#include "compute/cpu/elementwise.h"
 #include "compute/cpu/packed_matrix.h"
 #include "compute/ref/ref_ops.h"
 #include "core/fp16.h"
@@ -184,6 +185,23 @@ TEST(Kernels, ActivationQuantizationKernelsMatchReference) {
       EXPECT_EQ(got[b].sum16[0], want[b].sum16[0]) << b;
       EXPECT_EQ(got[b].sum16[1], want[b].sum16[1]) << b;
       for (int i = 0; i < 32; ++i) ASSERT_EQ(got[b].qs[i], want[b].qs[i]) << b << " " << i;
+    }
+  }
+}
+
+// SwiGLU's activation on every ISA against the scalar reference, across magnitudes (both signs, large |x|)
+// and lengths that end mid-vector.
+TEST(Kernels, SiluMulMatchesReference) {
+  for (size_t n : {1u, 15u, 16u, 33u, 1000u}) {
+    auto gate = random_vector(n, 70, 4.0f), up = random_vector(n, 71);
+    if (n > 4) gate[0] = 95.0f, gate[1] = -95.0f, gate[2] = 0.0f, gate[3] = -1e-8f;
+    std::vector<float> want = gate;
+    silu_mul_reference(want.data(), up.data(), n);
+    for (Isa isa : runnable_isas()) {
+      std::vector<float> got = gate;
+      silu_mul_kernel(isa)(got.data(), up.data(), n);
+      for (size_t i = 0; i < n; ++i)
+        ASSERT_NEAR(got[i], want[i], 2e-6f * (1 + std::fabs(want[i]))) << isa_name(isa) << " n=" << n << " i=" << i;
     }
   }
 }

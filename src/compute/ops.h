@@ -104,8 +104,9 @@ void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, float* y, i
 void matmul_many(ThreadPool& pool, std::span<const WeightMatrix> ws, const float* x, std::span<float* const> ys,
                  int n_tok);
 
-// y[n_tok, n] = x / rms(x) * weight[n]; y may alias x.
+// y[n_tok, n] = x / rms(x) * weight[n]; y may alias x. The pool version splits the rows across threads.
 void rmsnorm(const float* x, const float* weight, float* y, int n_tok, int n, float eps);
+void rmsnorm(ThreadPool& pool, const float* x, const float* weight, float* y, int n_tok, int n, float eps);
 
 // Rotates the first n_rot dims of each head in place. x: [n_tok, n_heads, head_dim].
 // Pair i turns by position * freq_base^(-2i/n_rot) / freq_factors[i] (freq_factors optional, [n_rot / 2]).
@@ -116,8 +117,8 @@ void rope(float* x, std::span<const int32_t> positions, int n_heads, int head_di
 void add_bias(float* x, const float* b, int n_tok, int n);
 // x[n] += y[n]
 void add(float* x, const float* y, size_t n);
-// gate[n] = silu(gate[n]) * up[n]
-void silu_mul(float* gate, const float* up, size_t n);
+// gate[n] = silu(gate[n]) * up[n] (vector kernel per ISA; large n split across threads)
+void silu_mul(ThreadPool& pool, float* gate, const float* up, size_t n);
 // In-place softmax over n values.
 void softmax(float* x, int n);
 

@@ -112,7 +112,7 @@ void ffn_dense(ThreadPool& pool, const WeightMatrix& gate, const WeightMatrix& u
   const WeightMatrix gate_up[] = {gate, up};
   float* const gate_up_out[] = {g.data(), u.data()};
   ops::matmul_many(pool, gate_up, h, gate_up_out, n_tok);
-  ops::silu_mul(g.data(), u.data(), n);
+  ops::silu_mul(pool, g.data(), u.data(), n);
   ops::matmul(pool, down, g.data(), out, n_tok);
 }
 

@@ -111,13 +111,13 @@ void Model::forward(ThreadPool& pool, const ForwardBatch& batch, KvStorage& kv, 
 
   for (int il = 0; il < hp.n_layers; ++il) {
     const LayerWeights& L = weights_.layers[static_cast<size_t>(il)];
-    ops::rmsnorm(x.data(), reinterpret_cast<const float*>(L.attn_norm->data), h.data(), n_tok, E, hp.rms_eps);
+    ops::rmsnorm(pool, x.data(), reinterpret_cast<const float*>(L.attn_norm->data), h.data(), n_tok, E, hp.rms_eps);
     if (arch_->latent_attention)
       layers::attention_mla(pool, packed_, hp, *arch_, L, batch, kv.layer(il), h.data(), y.data());
     else
       layers::attention(pool, packed_, hp, *arch_, L, weights_.rope_freqs, batch, kv.layer(il), h.data(), y.data());
     ops::add(x.data(), y.data(), x.size());
-    ops::rmsnorm(x.data(), reinterpret_cast<const float*>(L.ffn_norm->data), h.data(), n_tok, E, hp.rms_eps);
+    ops::rmsnorm(pool, x.data(), reinterpret_cast<const float*>(L.ffn_norm->data), h.data(), n_tok, E, hp.rms_eps);
     if (L.ffn_router)
       layers::ffn_moe(pool, packed_, hp, L, h.data(), y.data(), n_tok);
     else
@@ -130,7 +130,7 @@ void Model::forward(ThreadPool& pool, const ForwardBatch& batch, KvStorage& kv, 
   std::vector<float> last(static_cast<size_t>(n_out) * E);  // [n_out, n_embd]
   for (int i = 0; i < n_out; ++i)
     std::copy_n(x.data() + static_cast<size_t>(batch.logits_rows[i]) * E, E, last.data() + static_cast<size_t>(i) * E);
-  ops::rmsnorm(last.data(), reinterpret_cast<const float*>(weights_.output_norm->data), last.data(), n_out, E,
+  ops::rmsnorm(pool, last.data(), reinterpret_cast<const float*>(weights_.output_norm->data), last.data(), n_out, E,
                hp.rms_eps);
   ops::matmul(pool, packed_.matrix(*weights_.output), last.data(), logits, n_out);
 }

@@ -3,6 +3,8 @@
 
 #include <cstdint>
 
+#include "compute/cpu/exp_avx512.h"
+
 namespace kestrel {
 namespace {
 struct Vec512 {
@@ -44,20 +46,7 @@ struct Vec512 {
   static type max(type a, type b) { return _mm512_max_ps(a, b); }
   static float reduce_max(type v) { return _mm512_reduce_max_ps(v); }
   static float reduce_add(type v) { return _mm512_reduce_add_ps(v); }
-  static type exp(type x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-    const type t = _mm512_mul_ps(x, _mm512_set1_ps(1.44269504f));
-    const type n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const type f = _mm512_mul_ps(_mm512_sub_ps(t, n), _mm512_set1_ps(0.693147181f));
-    type p = _mm512_set1_ps(1.0f / 720.0f);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 120.0f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 24.0f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 6.0f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n);
-  }
+  static type exp(type x) { return exp_nonpositive_avx512(x); }
 };
 }  // namespace
 }  // namespace kestrel

@@ -1,7 +1,9 @@
 // Elementwise and normalisation ops (the compiler vectorises these loops) and the KV write.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
+#include "compute/cpu/elementwise.h"
 #include "compute/ops.h"
 #include "core/fp16.h"
 
@@ -35,6 +37,14 @@ void KvLayerView::store(void* base, size_t i, float x) const {
 }
 
 namespace ops {
+
+void rmsnorm(ThreadPool& pool, const float* x, const float* weight, float* y, int n_tok, int n, float eps) {
+  const size_t grain = std::max<size_t>(1, 16384 / static_cast<size_t>(std::max(1, n)));  // rows per task
+  pool.parallel_for(static_cast<size_t>(n_tok), grain, [&](size_t begin, size_t end, int) {
+    const size_t offset = begin * static_cast<size_t>(n);
+    rmsnorm(x + offset, weight, y + offset, static_cast<int>(end - begin), n, eps);
+  });
+}
 
 void rmsnorm(const float* x, const float* weight, float* y, int n_tok, int n, float eps) {
   for (int t = 0; t < n_tok; ++t) {
@@ -78,8 +88,10 @@ void add(float* x, const float* y, size_t n) {
   for (size_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
-void silu_mul(float* gate, const float* up, size_t n) {
-  for (size_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+void silu_mul(ThreadPool& pool, float* gate, const float* up, size_t n) {
+  const SiluMulFn kernel = silu_mul_kernel(detected_isa());
+  constexpr size_t kGrain = 16384;  // below this one thread is quicker than a round trip
+  pool.parallel_for(n, kGrain, [&](size_t begin, size_t end, int) { kernel(gate + begin, up + begin, end - begin); });
 }
 
 void softmax(float* x, int n) {
@@ -105,4 +117,21 @@ void kv_store(const KvLayerView& kv, const AttentionRows& rows, const float* k, 
 }
 
 }  // namespace ops
+}  // namespace kestrel
+
+namespace kestrel {
+
+void silu_mul_reference(float* gate, const float* up, size_t n) {
+  for (size_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+#if !defined(KESTREL_HAVE_X86_KERNELS)
+SiluMulFn silu_mul_kernel_avx512() { return nullptr; }
+#endif
+
+SiluMulFn silu_mul_kernel(Isa isa) {
+  SiluMulFn fn = isa >= Isa::Avx512 ? silu_mul_kernel_avx512() : nullptr;
+  return fn ? fn : silu_mul_reference;
+}
+
 }  // namespace kestrel
