@@ -187,6 +187,7 @@ StepPlan Scheduler::schedule(double now_ms) {
     int32_t n_new = std::min(seq.n_tokens() - seq.n_computed, budget);
     if (n_new <= 0) continue;
     bool scheduled = true;
+    const size_t n_blocks_before = seq.table.ids().size();
     while (!grow(seq, n_new, plan)) {
       if (running_.back() != seq.id) {
         preempt(seqs_.at(running_.back()), plan);
@@ -199,7 +200,7 @@ StepPlan Scheduler::schedule(double now_ms) {
       }
     }
     if (!scheduled) break;
-    publish(seq);
+    if (seq.table.ids().size() != n_blocks_before) publish(seq);  // register its new pages as pending
     plan.chunks.push_back({seq.id, seq.n_computed, n_new, seq.n_computed + n_new == seq.n_tokens()});
     budget -= n_new;
   }
@@ -246,7 +247,8 @@ void Scheduler::commit(const StepPlan& plan) {
     Sequence* seq = find(c.seq_id);
     if (!seq || seq->status != SequenceStatus::Running) continue;
     seq->n_computed = c.start + c.n_tokens;
-    publish(*seq);
+    // Pages become ready only when a chunk completes one; the tree is walked only then.
+    if (c.start / config_.block_size != seq->n_computed / config_.block_size) publish(*seq);
   }
   for (int32_t b : copy_sources_) pool_.release(b);
   copy_sources_.clear();

@@ -86,7 +86,6 @@ class Scheduler {
   const std::vector<int64_t>& running_ids() const { return running_; }
   bool has_work() const { return !waiting_.empty() || !running_.empty(); }
   int64_t n_preemptions() const { return n_preemptions_; }
-  const SchedulerConfig& config() const { return config_; }
 
  private:
   bool batch_ready(double now_ms) const;

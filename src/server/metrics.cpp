@@ -53,11 +53,6 @@ void Metrics::engine_stats(const EngineStats& stats) {
   engine_ = stats;
 }
 
-double Metrics::prefix_hit_rate() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return engine_.prompt_tokens ? static_cast<double>(engine_.prompt_tokens_cached) / engine_.prompt_tokens : 0.0;
-}
-
 std::string Metrics::render() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::string out;

@@ -33,8 +33,6 @@ class Metrics {
   void request_timing(double ttft_s, double tpot_s, double latency_s, int32_t n_generated);
   void engine_stats(const EngineStats& stats);
   std::string render() const;
-  // Prefix-cache hit rate so far (cached prompt tokens / prompt tokens), for logs and benchmarks.
-  double prefix_hit_rate() const;
 
  private:
   mutable std::mutex mutex_;

@@ -31,7 +31,6 @@ constexpr int kAttendTile = 16;    // keys scored together (page sizes must be a
 constexpr int kAttendChunk = 128;  // keys per softmax update (a multiple of kAttendTile)
 constexpr int kAttendPrefetchTiles = 4;  // how far ahead pages are prefetched
 constexpr int kAttendMaxDim = 256;  // largest head width it handles (a multiple of 16)
-constexpr int kAttendMinPage = 4;   // smallest page size the kernels handle
 // Page sizes the kernels handle.
 inline bool attend_page_size_ok(int block_size) {
   return block_size % kAttendTile == 0 || block_size == 4 || block_size == 8;
