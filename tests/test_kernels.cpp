@@ -234,6 +234,37 @@ TEST(Kernels, MatmulMatchesReference) {
   }
 }
 
+// The fused SwiGLU pass equals the two projections followed by the activation: with packed gate and up
+// (also of different types, as Q4_K_M mixes them), over many row groups so both threads take several
+// chunks, for token counts on both sides of in-pass quantization; and unpacked weights (the fallback).
+TEST(Kernels, MatmulSwigluMatchesProjectionsThenActivation) {
+  ThreadPool pool(2);
+  const size_t n_in = 256, n_ff = 160;
+  const std::pair<DType, DType> pairs[] = {{DType::Q4_0, DType::Q4_0}, {DType::Q4_K, DType::Q6_K},
+                                           {DType::Q8_0, DType::Q8_0}, {DType::F32, DType::F32}};
+  for (const auto& [gate_type, up_type] : pairs) {
+    const auto gate_bytes = quantized(gate_type, random_vector(n_in * n_ff, 90, 0.05f), n_in);
+    const auto up_bytes = quantized(up_type, random_vector(n_in * n_ff, 91, 0.05f), n_in);
+    WeightMatrix gate{gate_type, static_cast<int64_t>(n_in), static_cast<int64_t>(n_ff), gate_bytes.data(),
+                      row_bytes(gate_type, n_in)};
+    WeightMatrix up{up_type, static_cast<int64_t>(n_in), static_cast<int64_t>(n_ff), up_bytes.data(),
+                    row_bytes(up_type, n_in)};
+    const auto gate_packed = PackedMatrix::pack(gate), up_packed = PackedMatrix::pack(up);
+    ASSERT_EQ(gate_packed.has_value(), gate_type != DType::F32);
+    if (gate_packed) gate.packed = &*gate_packed, up.packed = &*up_packed;
+    for (int n_tok : {1, 5, 11}) {
+      SCOPED_TRACE(std::string(dtype_name(gate_type)) + "/" + dtype_name(up_type) + " n_tok=" + std::to_string(n_tok));
+      const auto x = random_vector(n_in * n_tok, 92);
+      std::vector<float> want(n_ff * n_tok), want_up(n_ff * n_tok), got(n_ff * n_tok, -7.f), got_up(n_ff * n_tok);
+      ops::matmul(pool, gate, x.data(), want.data(), n_tok);
+      ops::matmul(pool, up, x.data(), want_up.data(), n_tok);
+      silu_mul_reference(want.data(), want_up.data(), want.size());
+      ops::matmul_swiglu(pool, gate, up, x.data(), got.data(), got_up.data(), n_tok);
+      for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 2e-6f * (1 + std::fabs(want[i]))) << i;
+    }
+  }
+}
+
 // Attention over scattered pages of two sequences, for each page layout the cache uses: transposed K pages
 // of 16 or 32 tokens and of 4 or 8 (the page kernel, its tiles spanning pages; F32, F16 and BF16 elements),
 // and 6-token pages (the generic path).

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
@@ -81,43 +82,56 @@ class BenchSequences {
 
 // Read bandwidth of a streaming sum over a buffer much larger than the caches, with the pool's threads.
 // Each thread sums four interleaved streams of its share (more loads in flight than a single stream,
-// as the decode kernels have), and the best of several passes counts.
-double measure_read_bandwidth_gbs(ThreadPool& pool) {
-  const size_t n = size_t{1} << 28;  // 1 GiB of floats
-  std::vector<float> buffer(n, 1.0f);  // [n]
-  std::vector<double> partial(static_cast<size_t>(pool.n_threads()));
-  double best = 0;
-  for (int rep = 0; rep < 5; ++rep) {
-    Timer timer;
-    pool.parallel_for(n, 1 << 16, [&](size_t begin, size_t end, int t) {
-      const size_t quarter = (end - begin) / 4;
-      const float* s0 = buffer.data() + begin;
-      const float* s1 = s0 + quarter;
-      const float* s2 = s1 + quarter;
-      const float* s3 = s2 + quarter;
-      float acc[4][16] = {};
-      for (size_t i = 0; i + 16 <= quarter; i += 16)
-        for (int k = 0; k < 16; ++k) {
-          acc[0][k] += s0[i + k];
-          acc[1][k] += s1[i + k];
-          acc[2][k] += s2[i + k];
-          acc[3][k] += s3[i + k];
-        }
-      double sum = 0;
-      for (auto& row : acc) sum += std::accumulate(row, row + 16, 0.0);
-      partial[static_cast<size_t>(t)] = sum;
-    });
-    best = std::max(best, static_cast<double>(n * sizeof(float)) / timer.elapsed_s() / 1e9);
+// as the decode kernels have), and the best of several passes counts. The buffer is kept between
+// measurements, so probing right before and after each repetition costs only the passes.
+class BandwidthProbe {
+ public:
+  BandwidthProbe() : buffer_(size_t{1} << 28, 1.0f) {}
+
+  double measure_gbs(ThreadPool& pool) {
+    const size_t n = buffer_.size();
+    std::vector<double> partial(static_cast<size_t>(pool.n_threads()));
+    double best = 0;
+    for (int rep = 0; rep < 5; ++rep) {
+      Timer timer;
+      pool.parallel_for(n, 1 << 16, [&](size_t begin, size_t end, int t) {
+        const size_t quarter = (end - begin) / 4;
+        const float* s0 = buffer_.data() + begin;
+        const float* s1 = s0 + quarter;
+        const float* s2 = s1 + quarter;
+        const float* s3 = s2 + quarter;
+        float acc[4][16] = {};
+        for (size_t i = 0; i + 16 <= quarter; i += 16)
+          for (int k = 0; k < 16; ++k) {
+            acc[0][k] += s0[i + k];
+            acc[1][k] += s1[i + k];
+            acc[2][k] += s2[i + k];
+            acc[3][k] += s3[i + k];
+          }
+        double sum = 0;
+        for (auto& row : acc) sum += std::accumulate(row, row + 16, 0.0);
+        partial[static_cast<size_t>(t)] = sum;
+      });
+      best = std::max(best, static_cast<double>(n * sizeof(float)) / timer.elapsed_s() / 1e9);
+    }
+    if (std::accumulate(partial.begin(), partial.end(), 0.0) < 0) std::printf(" ");  // keep the sums live
+    return best;
   }
-  if (std::accumulate(partial.begin(), partial.end(), 0.0) < 0) std::printf(" ");  // keep the sums live
-  return best;
-}
+
+ private:
+  std::vector<float> buffer_;  // [2^28] 1 GiB of floats
+};
 
 struct Row {
   std::string model, test;
   int n_prompt = 0, n_gen = 0, depth = 0, n_seqs = 1;
   std::vector<double> samples_ts;
-  double avg_ts() const { return std::accumulate(samples_ts.begin(), samples_ts.end(), 0.0) / samples_ts.size(); }
+  std::vector<double> bandwidth_gbs;      // per repetition: mean of the passes right before and after it
+  std::vector<double> ceiling_fractions;  // per repetition: decode's weight bytes per second / bandwidth
+  double avg_ts() const { return mean(samples_ts); }
+  static double mean(const std::vector<double>& v) {
+    return v.empty() ? 0 : std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+  }
   double stddev_ts() const {
     if (samples_ts.size() < 2) return 0;
     const double m = avg_ts();
@@ -142,6 +156,7 @@ int run_bench(BenchArgs& a) {
     std::printf("| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |\n");
   }
   std::mt19937 rng(1234);
+  std::unique_ptr<BandwidthProbe> probe;  // made on the first decode row that measures bandwidth
   for (const std::string& path : a.models) {
     auto model = load_model(path, true);
     if (!model) return 1;
@@ -164,10 +179,10 @@ int run_bench(BenchArgs& a) {
                             0, ng, d, s, {}});
         }
     for (Row& row : rows) {
-      // This machine's bandwidth drifts within minutes: a decode row's ceiling is the mean of passes right
-      // before and right after its repetitions.
+      // This machine's bandwidth drifts within seconds: each decode repetition's ceiling is the mean of
+      // passes right before and right after it, and the row's fraction the mean of the repetitions'.
       const bool with_bandwidth = a.measure_bandwidth && row.n_gen > 0;
-      const double bandwidth_before = with_bandwidth ? measure_read_bandwidth_gbs(pool) : 0;
+      if (with_bandwidth && !probe) probe = std::make_unique<BandwidthProbe>();
       for (int rep = 0; rep <= a.repetitions; ++rep) {  // rep 0 warms up
         const int n_ctx = row.depth + std::max(row.n_prompt, row.n_gen) + 1;
         BenchSequences seqs(*model, row.n_seqs, n_ctx, a.block_size, a.kv_type);
@@ -176,6 +191,8 @@ int run_bench(BenchArgs& a) {
           for (int s = 0; s < row.n_seqs; ++s) fill.push_back(random_tokens(rng, row.depth, hp.n_vocab));
           seqs.step(pool, fill, a.ubatch);
         }
+        const bool probed = with_bandwidth && rep > 0;
+        const double bandwidth_before = probed ? probe->measure_gbs(pool) : 0;
         Timer timer;
         if (row.n_prompt > 0) {
           seqs.step(pool, {random_tokens(rng, row.n_prompt, hp.n_vocab)}, a.ubatch);
@@ -187,12 +204,16 @@ int run_bench(BenchArgs& a) {
           }
         }
         const double seconds = timer.elapsed_s();
-        if (rep > 0) row.samples_ts.push_back((row.n_prompt + row.n_gen * row.n_seqs) / seconds);
+        if (rep == 0) continue;
+        const double ts = (row.n_prompt + row.n_gen * row.n_seqs) / seconds;
+        row.samples_ts.push_back(ts);
+        if (!probed) continue;
+        const double bandwidth = (bandwidth_before + probe->measure_gbs(pool)) / 2;
+        row.bandwidth_gbs.push_back(bandwidth);
+        // Decode reads every weight once per step, whatever the number of sequences.
+        row.ceiling_fractions.push_back(bytes_per_token * ts / row.n_seqs / (bandwidth * 1e9));
       }
-      const double bandwidth = with_bandwidth ? (bandwidth_before + measure_read_bandwidth_gbs(pool)) / 2 : 0;
-      // Decode reads every weight once per step, whatever the number of sequences.
-      const double fraction = (row.n_gen > 0 && bandwidth > 0)
-                                  ? bytes_per_token * row.avg_ts() / row.n_seqs / (bandwidth * 1e9) : 0;
+      const double bandwidth = Row::mean(row.bandwidth_gbs), fraction = Row::mean(row.ceiling_fractions);
       if (a.output == "md") {
         std::printf("| %s | %.2f MiB | %.2f B | %d | %s | %.2f ± %.2f | %s | %s |\n", path.c_str(), file_bytes / 1048576.0,
                     params / 1e9, a.threads, row.test.c_str(), row.avg_ts(), row.stddev_ts(),
@@ -214,7 +235,8 @@ int run_bench(BenchArgs& a) {
                            {"samples_ts", row.samples_ts},
                            {"weight_bytes_per_token", bytes_per_token},
                            {"bandwidth_gbs", bandwidth},
-                           {"bandwidth_fraction", fraction}});
+                           {"bandwidth_fraction", fraction},
+                           {"bandwidth_fraction_samples", row.ceiling_fractions}});
     }
   }
   if (a.output == "json") std::printf("%s\n", json_rows.dump(2).c_str());

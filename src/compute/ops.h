@@ -103,6 +103,11 @@ void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, float* y, i
 // the input is quantized once and all matrices run in one parallel pass.
 void matmul_many(ThreadPool& pool, std::span<const WeightMatrix> ws, const float* x, std::span<float* const> ys,
                  int n_tok);
+// SwiGLU's projections: gate_out[n_tok, n_ff] = silu(x . G^T) * (x . U^T), with up_out [n_tok, n_ff] as
+// scratch. For packed weights one parallel pass computes both and applies the activation row group by row
+// group; otherwise matmul_many then silu_mul.
+void matmul_swiglu(ThreadPool& pool, const WeightMatrix& gate, const WeightMatrix& up, const float* x, float* gate_out,
+                   float* up_out, int n_tok);
 
 // y[n_tok, n] = x / rms(x) * weight[n]; y may alias x. The pool version splits the rows across threads.
 void rmsnorm(const float* x, const float* weight, float* y, int n_tok, int n, float eps);

@@ -26,10 +26,12 @@ class ThreadPool {
   // and returns when all chunks are done. Chunk boundaries are multiples of `grain`.
   void parallel_for(size_t n, size_t grain, const std::function<void(size_t, size_t, int)>& body);
 
-  // Runs body over [0, n) in chunks of `chunk` that the threads take in turn as they finish, so a thread
-  // slowed by its core's other load does less of the work. For loops of many equal-cost items (the row
-  // groups of a GEMM). Each body call covers one chunk; a thread may make several calls.
-  void parallel_for_dynamic(size_t n, size_t chunk, const std::function<void(size_t, size_t, int)>& body);
+  // Runs body over [0, n) in chunks that the threads take in turn as they finish, so a thread slowed by
+  // its core's other load does less of the work. Each take is a share of the items left, never fewer than
+  // `min_chunk` (guided scheduling): early chunks are large, the last ones small, so the threads finish
+  // close together. For loops of many equal-cost items (the row groups of a GEMM). Each body call covers
+  // one chunk; a thread may make several calls.
+  void parallel_for_dynamic(size_t n, size_t min_chunk, const std::function<void(size_t, size_t, int)>& body);
 
  private:
   void worker_loop(int thread_index);

@@ -109,10 +109,7 @@ void ffn_dense(ThreadPool& pool, const WeightMatrix& gate, const WeightMatrix& u
                const float* h, float* out, int n_tok) {
   const size_t n = static_cast<size_t>(n_tok) * static_cast<size_t>(gate.n_out);
   std::vector<float> g(n), u(n);  // [n_tok, n_ff]
-  const WeightMatrix gate_up[] = {gate, up};
-  float* const gate_up_out[] = {g.data(), u.data()};
-  ops::matmul_many(pool, gate_up, h, gate_up_out, n_tok);
-  ops::silu_mul(pool, g.data(), u.data(), n);
+  ops::matmul_swiglu(pool, gate, up, h, g.data(), u.data(), n_tok);
   ops::matmul(pool, down, g.data(), out, n_tok);
 }
 

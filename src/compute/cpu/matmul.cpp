@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "compute/cpu/dot.h"
+#include "compute/cpu/elementwise.h"
 #include "compute/cpu/packed_matrix.h"
 #include "compute/ops.h"
 #include "core/fp16.h"
@@ -18,11 +19,9 @@ constexpr int kQuantizeInPassTokens = 8;  // up to this many tokens, each GEMM t
 
 bool packed_q8(const WeightMatrix& w) { return w.packed && w.packed->layout != PackedLayout::BF16x16; }
 
-// GEMM threads take chunks of row groups as they finish (about 8 per thread), so a thread whose core is
-// also busy with other work does less of the GEMM instead of holding the others at the barrier.
-size_t dynamic_chunk(const ThreadPool& pool, size_t n_groups) {
-  return std::max<size_t>(1, n_groups / (8 * static_cast<size_t>(pool.n_threads())));
-}
+// GEMM threads take guided chunks of row groups as they finish (ThreadPool::parallel_for_dynamic), down
+// to one group, so a thread whose core is also busy does less of the GEMM and both finish together.
+constexpr size_t kMinGroupsPerTake = 1;
 
 // xq[n_tok, n_in / 32] <- x[n_tok, n_in], one token per task.
 std::vector<BlockQ8A> quantize_rows(ThreadPool& pool, const float* x, size_t n_in, int n_tok) {
@@ -35,37 +34,56 @@ std::vector<BlockQ8A> quantize_rows(ThreadPool& pool, const float* x, size_t n_i
   return xq;
 }
 
+// The 8-bit input blocks [n_tok, n_in / 32] the threads of one packed pass read. For many tokens they are
+// quantized once up front; for a few (decode) each thread quantizes the input itself on its first chunk,
+// which costs less than a separate parallel pass whose single task would leave the other threads waiting.
+class PassInput {
+ public:
+  PassInput(ThreadPool& pool, const float* x, size_t n_in, int n_tok)
+      : x_(x), n_in_(n_in), n_tok_(n_tok), in_pass_(n_tok <= kQuantizeInPassTokens),
+        shared_(in_pass_ ? std::vector<BlockQ8A>() : quantize_rows(pool, x, n_in, n_tok)),
+        own_(in_pass_ ? pool.n_threads() : 0) {}
+
+  // Called by thread `thread` inside the pass.
+  const BlockQ8A* for_thread(int thread) {
+    if (!in_pass_) return shared_.data();
+    std::vector<BlockQ8A>& own = own_[static_cast<size_t>(thread)];
+    if (own.empty()) {
+      const size_t nb = n_in_ / 32;
+      const QuantizeQ8AFn quantize = quantize_q8a_kernel(detected_isa());
+      own.resize(static_cast<size_t>(n_tok_) * nb);
+      for (size_t t = 0; t < static_cast<size_t>(n_tok_); ++t) quantize(x_ + t * n_in_, own.data() + t * nb, n_in_);
+    }
+    return own.data();
+  }
+
+ private:
+  const float* x_;
+  size_t n_in_;
+  int n_tok_;
+  bool in_pass_;
+  std::vector<BlockQ8A> shared_;          // [n_tok, n_in / 32] when quantized up front
+  std::vector<std::vector<BlockQ8A>> own_;  // per thread [n_tok, n_in / 32] when quantized in the pass
+};
+
+// y[n_tok, p.n_out] rows of groups [begin, end) of one packed matrix.
+void packed_groups(const PackedMatrix& p, const BlockQ8A* xq, int n_tok, float* y, size_t begin, size_t end) {
+  packed_gemm_kernel(p.layout, detected_isa())(p.view(), xq, n_tok, y, static_cast<size_t>(p.n_out),
+                                               static_cast<int64_t>(begin), static_cast<int64_t>(end));
+}
+
 // Packed integer GEMM for matrices sharing one input: the input is quantized once, and one parallel pass
-// walks the row groups of all matrices, so the threads meet once instead of once per matrix. For a few
-// tokens (decode) each thread quantizes the input itself inside that pass: it costs less than a separate
-// parallel pass, whose single task would leave the other threads waiting.
+// walks the row groups of all matrices, so the threads meet once instead of once per matrix.
 void packed_q8_gemm(ThreadPool& pool, std::span<const WeightMatrix> ws, const float* x, std::span<float* const> ys,
                     int n_tok) {
-  const size_t n_in = static_cast<size_t>(ws[0].n_in), nb = n_in / 32;
-  const bool quantize_in_pass = n_tok <= kQuantizeInPassTokens;
-  const std::vector<BlockQ8A> shared_xq = quantize_in_pass ? std::vector<BlockQ8A>() : quantize_rows(pool, x, n_in, n_tok);
-  const QuantizeQ8AFn quantize = quantize_q8a_kernel(detected_isa());
+  PassInput input(pool, x, static_cast<size_t>(ws[0].n_in), n_tok);
   std::vector<size_t> first_group(ws.size() + 1, 0);  // [n_matrices + 1] prefix sums of group counts
   for (size_t i = 0; i < ws.size(); ++i) first_group[i + 1] = first_group[i] + static_cast<size_t>(ws[i].packed->n_groups());
-  const size_t n_groups = first_group.back(), chunk = dynamic_chunk(pool, n_groups);
-  std::vector<std::vector<BlockQ8A>> own_xq(quantize_in_pass ? pool.n_threads() : 0);  // per thread [n_tok, nb]
-  pool.parallel_for_dynamic(n_groups, chunk, [&](size_t begin, size_t end, int thread) {
-    const BlockQ8A* xq = shared_xq.data();
-    if (quantize_in_pass) {
-      std::vector<BlockQ8A>& own = own_xq[static_cast<size_t>(thread)];
-      if (own.empty()) {
-        own.resize(static_cast<size_t>(n_tok) * nb);
-        for (size_t t = 0; t < static_cast<size_t>(n_tok); ++t) quantize(x + t * n_in, own.data() + t * nb, n_in);
-      }
-      xq = own.data();
-    }
+  pool.parallel_for_dynamic(first_group.back(), kMinGroupsPerTake, [&](size_t begin, size_t end, int thread) {
+    const BlockQ8A* xq = input.for_thread(thread);
     for (size_t i = 0; i < ws.size(); ++i) {
       const size_t b = std::max(begin, first_group[i]), e = std::min(end, first_group[i + 1]);
-      if (b >= e) continue;
-      const PackedMatrix& p = *ws[i].packed;
-      packed_gemm_kernel(p.layout, detected_isa())(p.view(), xq, n_tok, ys[i], static_cast<size_t>(p.n_out),
-                                                   static_cast<int64_t>(b - first_group[i]),
-                                                   static_cast<int64_t>(e - first_group[i]));
+      if (b < e) packed_groups(*ws[i].packed, xq, n_tok, ys[i], b - first_group[i], e - first_group[i]);
     }
   });
 }
@@ -80,6 +98,31 @@ void matmul_many(ThreadPool& pool, std::span<const WeightMatrix> ws, const float
   for (size_t i = 0; i < ws.size(); ++i) matmul(pool, ws[i], x, ys[i], n_tok);
 }
 
+void matmul_swiglu(ThreadPool& pool, const WeightMatrix& gate, const WeightMatrix& up, const float* x, float* gate_out,
+                   float* up_out, int n_tok) {
+  const size_t n_ff = static_cast<size_t>(gate.n_out);
+  if (!(packed_q8(gate) && packed_q8(up) && up.n_out == gate.n_out && up.n_in == gate.n_in)) {
+    const WeightMatrix ws[] = {gate, up};
+    float* const ys[] = {gate_out, up_out};
+    matmul_many(pool, ws, x, ys, n_tok);
+    return silu_mul(pool, gate_out, up_out, static_cast<size_t>(n_tok) * n_ff);
+  }
+  // One pass over pairs of row groups: a thread computes gate and up rows of the same groups, then applies
+  // the activation to them while they are in cache, so no separate elementwise pass (and barrier) follows.
+  PassInput input(pool, x, static_cast<size_t>(gate.n_in), n_tok);
+  const SiluMulFn silu_mul_rows = silu_mul_kernel(detected_isa());
+  const size_t rows = PackedMatrix::kRows;
+  pool.parallel_for_dynamic(static_cast<size_t>(gate.packed->n_groups()), kMinGroupsPerTake,
+                            [&](size_t begin, size_t end, int thread) {
+                              const BlockQ8A* xq = input.for_thread(thread);
+                              packed_groups(*gate.packed, xq, n_tok, gate_out, begin, end);
+                              packed_groups(*up.packed, xq, n_tok, up_out, begin, end);
+                              for (size_t t = 0; t < static_cast<size_t>(n_tok); ++t)
+                                silu_mul_rows(gate_out + t * n_ff + begin * rows, up_out + t * n_ff + begin * rows,
+                                              (end - begin) * rows);
+                            });
+}
+
 void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, float* y, int n_tok) {
   const size_t n_in = static_cast<size_t>(w.n_in);
   const size_t n_out = static_cast<size_t>(w.n_out);
@@ -92,7 +135,7 @@ void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, float* y, i
     const PackedGemmBf16Fn gemm = packed_gemm_bf16_kernel(detected_isa());
     const PackedView view = w.packed->view();
     const size_t n_groups = static_cast<size_t>(w.packed->n_groups());
-    pool.parallel_for_dynamic(n_groups, dynamic_chunk(pool, n_groups), [&](size_t begin, size_t end, int) {
+    pool.parallel_for_dynamic(n_groups, kMinGroupsPerTake, [&](size_t begin, size_t end, int) {
       gemm(view, xb.data(), n_tok, y, n_out, static_cast<int64_t>(begin), static_cast<int64_t>(end));
     });
     return;
