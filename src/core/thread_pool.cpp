@@ -57,11 +57,7 @@ void ThreadPool::parallel_for_dynamic(size_t n, size_t min_chunk, const std::fun
 void ThreadPool::run(size_t n, size_t grain, bool dynamic, const std::function<void(size_t, size_t, int)>& body) {
   if (n == 0) return;
   grain = std::max<size_t>(1, grain);
-  if (n_threads_ == 1 || n <= grain) {
-    if (!dynamic) return body(0, n, 0);
-    for (size_t begin = 0; begin < n; begin += grain) body(begin, std::min(n, begin + grain), 0);
-    return;
-  }
+  if (n_threads_ == 1 || n <= grain) return body(0, n, 0);  // one thread: nothing to balance
   {
     std::lock_guard<std::mutex> lock(mutex_);
     body_ = &body;

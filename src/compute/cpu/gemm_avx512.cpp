@@ -52,25 +52,32 @@ void tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int6
   for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16, acc[t]);
 }
 
+// Super-blocks are large (2368 / 3360 bytes for 16 rows): even one token has too few of them in the
+// out-of-order window, so they are prefetched kPrefetchSuperBlocks ahead, an eighth per 32-input step
+// (a burst of 40-odd prefetches at once would stall on the core's miss buffers).
+constexpr size_t kPrefetchSuperBlocks = 2;  // measured against 1, 3 (the old burst) and 5
+inline void prefetch_superblock_part(const uint8_t* block, size_t block_bytes, int part) {
+  const size_t lines = (block_bytes + 63) / 64, begin = lines * part / 8, end = lines * (part + 1) / 8;
+  for (size_t line = begin; line < end; ++line) _mm_prefetch(reinterpret_cast<const char*>(block + 64 * line), _MM_HINT_T0);
+}
+
 // K-quant tiles: one block is a 256-input super-block, eight 32-input activation blocks.
 template <int T>
 void tile_q4_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g) {
   const size_t nxb = nb * 8;  // activation blocks per token
   const __m512i m4 = _mm512_set1_epi8(0xF);
-  __m512 acc[T], acc_min[T];  // the min terms accumulate apart, off the main dependency chain
-  for (int t = 0; t < T; ++t) acc[t] = acc_min[t] = _mm512_setzero_ps();
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (size_t b = 0; b < nb; ++b) {
     const uint8_t* blk = w.data + (static_cast<size_t>(g) * nb + b) * w.block_bytes;
-    // Super-blocks are large: even one token has too few of them in the out-of-order window.
-    for (size_t off = 0; off < w.block_bytes; off += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(blk + 3 * w.block_bytes + off), _MM_HINT_T0);
-    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
-    const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32)));
+    // Per super-block: sums over its sub-blocks of sc * (q . x) and of m * sum(x), scaled by d and dmin
+    // once at the end (the min sums accumulate apart, off the main dependency chain).
+    __m512 sb[T], sb_min[T];
+    for (int t = 0; t < T; ++t) sb[t] = sb_min[t] = _mm512_setzero_ps();
     for (int j = 0; j < 8; ++j) {
-      const __m512 sc = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
-                                             _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 64 + 16 * j)))));
-      const __m512 mn = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
-                                                _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192 + 16 * j)))));
+      prefetch_superblock_part(blk + kPrefetchSuperBlocks * w.block_bytes, w.block_bytes, j);
+      const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 64 + 16 * j))));
+      const __m512 mn = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192 + 16 * j))));
       __m512i q[8];
       for (int k = 0; k < 4; ++k) {
         const __m512i packed = _mm512_loadu_si512(blk + 320 + 256 * j + 64 * k);
@@ -85,14 +92,15 @@ void tile_q4_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
           s0 = _mm512_dpbusd_epi32(s0, q[k], _mm512_set1_epi32(x4[k]));
           s1 = _mm512_dpbusd_epi32(s1, q[k + 1], _mm512_set1_epi32(x4[k + 1]));
         }
-        const __m512 dx = _mm512_set1_ps(xb.d);
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_mul_ps(sc, dx), acc[t]);
-        acc_min[t] = _mm512_fmadd_ps(mn, _mm512_set1_ps(xb.d * static_cast<float>(xb.sum16[0] + xb.sum16[1])), acc_min[t]);
+        sb[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_mul_ps(sc, _mm512_set1_ps(xb.d)), sb[t]);
+        sb_min[t] = _mm512_fmadd_ps(mn, _mm512_set1_ps(xb.d * static_cast<float>(xb.sum16[0] + xb.sum16[1])), sb_min[t]);
       }
     }
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+    const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32)));
+    for (int t = 0; t < T; ++t) acc[t] = _mm512_fmadd_ps(d, sb[t], _mm512_fnmadd_ps(dmin, sb_min[t], acc[t]));
   }
-  for (int t = 0; t < T; ++t)
-    _mm512_storeu_ps(y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16, _mm512_sub_ps(acc[t], acc_min[t]));
+  for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16, acc[t]);
 }
 
 template <int T>
@@ -103,11 +111,9 @@ void tile_q6_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (size_t b = 0; b < nb; ++b) {
     const uint8_t* blk = w.data + (static_cast<size_t>(g) * nb + b) * w.block_bytes;
-    // Super-blocks are large: even one token has too few of them in the out-of-order window.
-    for (size_t off = 0; off < w.block_bytes; off += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(blk + 3 * w.block_bytes + off), _MM_HINT_T0);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
     for (int j = 0; j < 8; ++j) {
+      prefetch_superblock_part(blk + kPrefetchSuperBlocks * w.block_bytes, w.block_bytes, j);
       const __m512 sc0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
                                               _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32 + 32 * j)))));
       const __m512 sc1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
