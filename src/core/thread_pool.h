@@ -42,15 +42,17 @@ class ThreadPool {
   std::vector<std::thread> workers_;
   std::mutex mutex_;
   std::condition_variable wake_;
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
+  // The counters each sit on their own cache line: workers spin on generation_ while chunks are taken from
+  // next_ and finishes counted in pending_, and a shared line would bounce between the cores.
+  alignas(64) std::atomic<uint64_t> generation_{0};
+  alignas(64) std::atomic<int> pending_{0};
   bool stopping_ = false;
   // The current job; written by the caller before generation_ is bumped.
   const std::function<void(size_t, size_t, int)>* body_ = nullptr;
   size_t n_ = 0;
   size_t grain_ = 1;
   bool dynamic_ = false;           // chunks taken from next_ instead of one fixed range per thread
-  std::atomic<size_t> next_{0};    // the next untaken item of a dynamic loop
+  alignas(64) std::atomic<size_t> next_{0};  // the next untaken item of a dynamic loop
 };
 
 }  // namespace kestrel
