@@ -169,14 +169,14 @@ int run_bench(BenchArgs& a) {
     const double bytes_per_token = static_cast<double>(model->weight_bytes_per_token());
     std::vector<Row> rows;
     for (int np : a.n_prompt)
-      if (np > 0) rows.push_back({path, "pp" + std::to_string(np), np, 0, 0, 1, {}});
+      if (np > 0) rows.push_back({path, "pp" + std::to_string(np), np, 0, 0, 1, {}, {}, {}});
     for (int ng : a.n_gen)
       if (ng > 0)
         for (int d : a.depths) {
-          rows.push_back({path, "tg" + std::to_string(ng) + (d ? "@d" + std::to_string(d) : ""), 0, ng, d, 1, {}});
+          rows.push_back({path, "tg" + std::to_string(ng) + (d ? "@d" + std::to_string(d) : ""), 0, ng, d, 1, {}, {}, {}});
           for (int s : a.seqs)
             rows.push_back({path, "tg" + std::to_string(ng) + "x" + std::to_string(s) + (d ? "@d" + std::to_string(d) : ""),
-                            0, ng, d, s, {}});
+                            0, ng, d, s, {}, {}, {}});
         }
     for (Row& row : rows) {
       // This machine's bandwidth drifts within seconds: each decode repetition's ceiling is the mean of
