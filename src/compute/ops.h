@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/tensor.h"
@@ -113,10 +114,16 @@ void matmul_swiglu(ThreadPool& pool, const WeightMatrix& gate, const WeightMatri
 void rmsnorm(const float* x, const float* weight, float* y, int n_tok, int n, float eps);
 void rmsnorm(ThreadPool& pool, const float* x, const float* weight, float* y, int n_tok, int n, float eps);
 
-// Rotates the first n_rot dims of each head in place. x: [n_tok, n_heads, head_dim].
-// Pair i turns by position * freq_base^(-2i/n_rot) / freq_factors[i] (freq_factors optional, [n_rot / 2]).
-void rope(float* x, std::span<const int32_t> positions, int n_heads, int head_dim, int n_rot, float freq_base,
-          RopeStyle style, const float* freq_factors = nullptr);
+// RoPE angles of a batch: pair i of token t turns by positions[t] * freq_base^(-2i/n_rot) / freq_factors[i]
+// (freq_factors optional, [n_rot / 2]). Computed once per forward and shared by every layer and head.
+struct RopeTable {
+  int n_rot = 0;
+  std::vector<float> cos, sin;  // [n_tok, n_rot / 2]
+};
+RopeTable rope_table(std::span<const int32_t> positions, int n_rot, float freq_base, const float* freq_factors = nullptr);
+
+// Rotates the first table.n_rot dims of each head in place. x: [n_tok, n_heads, head_dim].
+void rope(float* x, const RopeTable& table, int n_heads, int head_dim, RopeStyle style);
 
 // x[n] += b[n] for each of n_tok rows (bias).
 void add_bias(float* x, const float* b, int n_tok, int n);

@@ -11,7 +11,7 @@ const float* floats(const TensorView* t) { return t ? reinterpret_cast<const flo
 }  // namespace
 
 void attention(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const ArchTraits& arch, const LayerWeights& L,
-               const TensorView* rope_freqs, const ForwardBatch& batch, const KvLayerView& kv, const float* h,
+               const ops::RopeTable& rope, const ForwardBatch& batch, const KvLayerView& kv, const float* h,
                float* out) {
   const int n_tok = batch.n_tokens();
   const int hd = hp.head_dim, Dq = hp.n_heads * hd, Dkv = hp.n_kv_heads * hd;
@@ -31,10 +31,8 @@ void attention(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, con
     ops::rmsnorm(q.data(), floats(L.q_norm), q.data(), n_tok * hp.n_heads, hd, hp.rms_eps);
     ops::rmsnorm(k.data(), floats(L.k_norm), k.data(), n_tok * hp.n_kv_heads, hd, hp.rms_eps);
   }
-  ops::rope(q.data(), batch.positions, hp.n_heads, hd, hp.n_rot, hp.rope_freq_base, arch.rope_style,
-            floats(rope_freqs));
-  ops::rope(k.data(), batch.positions, hp.n_kv_heads, hd, hp.n_rot, hp.rope_freq_base, arch.rope_style,
-            floats(rope_freqs));
+  ops::rope(q.data(), rope, hp.n_heads, hd, arch.rope_style);
+  ops::rope(k.data(), rope, hp.n_kv_heads, hd, arch.rope_style);
   const AttentionRows rows{batch.positions, batch.block_tables};
   ops::kv_store(kv, rows, k.data(), v.data(), n_tok);
   ops::attention_paged(pool, q.data(), kv, rows, attn.data(), n_tok, hp.n_heads, 1.0f / std::sqrt(float(hd)));
@@ -42,7 +40,8 @@ void attention(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, con
 }
 
 void attention_mla(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const ArchTraits& arch, const LayerWeights& L,
-                   const ForwardBatch& batch, const KvLayerView& kv, const float* h, float* out) {
+                   const ops::RopeTable& rope_table, const ForwardBatch& batch, const KvLayerView& kv, const float* h,
+                   float* out) {
   const int n_tok = batch.n_tokens(), H = hp.n_heads, hd = hp.head_dim, rope = hp.n_rot, nope = hd - rope;
   const int R = hp.kv_lora_rank, Dc = R + rope, Dv = hp.head_dim_v;
   // Queries [n_tok, H, nope + rope], from the full-rank or the low-rank (q_a -> norm -> q_b) projection.
@@ -69,8 +68,8 @@ void attention_mla(ThreadPool& pool, const PackedWeights& pw, const HParams& hp,
       std::copy_n(q.data() + (static_cast<size_t>(t) * H + hh) * hd + nope, rope,
                   q_pe.data() + (static_cast<size_t>(t) * H + hh) * rope);
   }
-  ops::rope(k_pe.data(), batch.positions, 1, rope, rope, hp.rope_freq_base, arch.rope_style);
-  ops::rope(q_pe.data(), batch.positions, H, rope, rope, hp.rope_freq_base, arch.rope_style);
+  ops::rope(k_pe.data(), rope_table, 1, rope, arch.rope_style);
+  ops::rope(q_pe.data(), rope_table, H, rope, arch.rope_style);
   for (int t = 0; t < n_tok; ++t)
     std::copy_n(k_pe.data() + static_cast<size_t>(t) * rope, rope, latent.data() + static_cast<size_t>(t) * Dc + R);
 

@@ -13,7 +13,7 @@ namespace kestrel::layers {
 // Self-attention with GQA, optional q/k/v bias and per-head q/k norm, RoPE, paged KV.
 // h: [n_tok, n_embd] (normalised input) -> out: [n_tok, n_embd].
 void attention(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const ArchTraits& arch, const LayerWeights& L,
-               const TensorView* rope_freqs, const ForwardBatch& batch, const KvLayerView& kv, const float* h,
+               const ops::RopeTable& rope, const ForwardBatch& batch, const KvLayerView& kv, const float* h,
                float* out);
 
 // Multi-head latent attention (DeepSeek-V2), computed in latent space: each head's q_nope is absorbed by
@@ -21,7 +21,8 @@ void attention(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, con
 // (one KV "head" shared by every query head), and the latent output is expanded by v_b per head.
 // h: [n_tok, n_embd] -> out: [n_tok, n_embd].
 void attention_mla(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const ArchTraits& arch, const LayerWeights& L,
-                   const ForwardBatch& batch, const KvLayerView& kv, const float* h, float* out);
+                   const ops::RopeTable& rope, const ForwardBatch& batch, const KvLayerView& kv, const float* h,
+                   float* out);
 
 // SwiGLU feed-forward: out = down(silu(gate(h)) * up(h)). h: [n_tok, n_embd] -> out: [n_tok, n_embd].
 void ffn_dense(ThreadPool& pool, const WeightMatrix& gate, const WeightMatrix& up, const WeightMatrix& down,

@@ -109,13 +109,17 @@ void Model::forward(ThreadPool& pool, const ForwardBatch& batch, KvStorage& kv, 
   for (int t = 0; t < n_tok; ++t)
     dequantize_row(embd.type, embd.row(batch.tokens[t]), x.data() + static_cast<size_t>(t) * E, E);
 
+  // Latent attention rotates only its shared key and query parts, without frequency factors.
+  const TensorView* freq_factors = arch_->latent_attention ? nullptr : weights_.rope_freqs;
+  const ops::RopeTable rope = ops::rope_table(batch.positions, hp.n_rot, hp.rope_freq_base,
+                                              freq_factors ? reinterpret_cast<const float*>(freq_factors->data) : nullptr);
   for (int il = 0; il < hp.n_layers; ++il) {
     const LayerWeights& L = weights_.layers[static_cast<size_t>(il)];
     ops::rmsnorm(pool, x.data(), reinterpret_cast<const float*>(L.attn_norm->data), h.data(), n_tok, E, hp.rms_eps);
     if (arch_->latent_attention)
-      layers::attention_mla(pool, packed_, hp, *arch_, L, batch, kv.layer(il), h.data(), y.data());
+      layers::attention_mla(pool, packed_, hp, *arch_, L, rope, batch, kv.layer(il), h.data(), y.data());
     else
-      layers::attention(pool, packed_, hp, *arch_, L, weights_.rope_freqs, batch, kv.layer(il), h.data(), y.data());
+      layers::attention(pool, packed_, hp, *arch_, L, rope, batch, kv.layer(il), h.data(), y.data());
     ops::add(x.data(), y.data(), x.size());
     ops::rmsnorm(pool, x.data(), reinterpret_cast<const float*>(L.ffn_norm->data), h.data(), n_tok, E, hp.rms_eps);
     if (L.ffn_router)

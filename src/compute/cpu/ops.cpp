@@ -57,24 +57,35 @@ void rmsnorm(const float* x, const float* weight, float* y, int n_tok, int n, fl
   }
 }
 
-void rope(float* x, std::span<const int32_t> positions, int n_heads, int head_dim, int n_rot, float freq_base,
-          RopeStyle style, const float* freq_factors) {
-  const int half = n_rot / 2;
-  float inv_freq[512];  // [n_rot / 2]; head dims beyond 1024 are not a thing
-  for (int i = 0; i < half && i < 512; ++i)
+RopeTable rope_table(std::span<const int32_t> positions, int n_rot, float freq_base, const float* freq_factors) {
+  const size_t half = static_cast<size_t>(n_rot / 2);
+  std::vector<float> inv_freq(half);  // [n_rot / 2]
+  for (size_t i = 0; i < half; ++i)
     inv_freq[i] = std::pow(freq_base, -2.0f * static_cast<float>(i) / static_cast<float>(n_rot)) /
                   (freq_factors ? freq_factors[i] : 1.0f);
-  for (size_t t = 0; t < positions.size(); ++t) {
-    for (int i = 0; i < half; ++i) {
+  RopeTable table{n_rot, std::vector<float>(positions.size() * half), std::vector<float>(positions.size() * half)};
+  for (size_t t = 0; t < positions.size(); ++t)
+    for (size_t i = 0; i < half; ++i) {
       const float theta = static_cast<float>(positions[t]) * inv_freq[i];
-      const float c = std::cos(theta), s = std::sin(theta);
-      for (int h = 0; h < n_heads; ++h) {
-        float* head = x + (t * n_heads + h) * static_cast<size_t>(head_dim);
-        const int a = style == RopeStyle::Interleaved ? 2 * i : i;
-        const int b = style == RopeStyle::Interleaved ? 2 * i + 1 : i + half;
+      table.cos[t * half + i] = std::cos(theta);
+      table.sin[t * half + i] = std::sin(theta);
+    }
+  return table;
+}
+
+void rope(float* x, const RopeTable& table, int n_heads, int head_dim, RopeStyle style) {
+  const size_t half = static_cast<size_t>(table.n_rot / 2), n_tok = half ? table.cos.size() / half : 0;
+  for (size_t t = 0; t < n_tok; ++t) {
+    const float* cos = table.cos.data() + t * half;
+    const float* sin = table.sin.data() + t * half;
+    for (int h = 0; h < n_heads; ++h) {
+      float* head = x + (t * static_cast<size_t>(n_heads) + static_cast<size_t>(h)) * static_cast<size_t>(head_dim);
+      for (size_t i = 0; i < half; ++i) {
+        const size_t a = style == RopeStyle::Interleaved ? 2 * i : i;
+        const size_t b = style == RopeStyle::Interleaved ? 2 * i + 1 : i + half;
         const float x0 = head[a], x1 = head[b];
-        head[a] = x0 * c - x1 * s;
-        head[b] = x0 * s + x1 * c;
+        head[a] = x0 * cos[i] - x1 * sin[i];
+        head[b] = x0 * sin[i] + x1 * cos[i];
       }
     }
   }
