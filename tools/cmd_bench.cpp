@@ -50,7 +50,7 @@ class BenchSequences {
     auto flush = [&] {
       if (batch.tokens.empty()) return;
       logits_.resize(batch.logits_rows.size() * static_cast<size_t>(model_.hparams().n_vocab));
-      model_.forward(pool, batch, kv_, logits_.data());
+      model_.forward(pool, batch, kv_, logits_.data(), workspace_);
       batch = ForwardBatch{};
     };
     for (size_t s = 0; s < tokens.size(); ++s) {
@@ -78,6 +78,7 @@ class BenchSequences {
   std::vector<BlockTable> tables_;
   std::vector<int32_t> n_past_;
   std::vector<float> logits_;
+  ForwardWorkspace workspace_;  // activation buffers reused by every step
 };
 
 // Read bandwidth of a streaming sum over a buffer much larger than the caches, with the pool's threads.

@@ -47,7 +47,7 @@ Result<std::vector<float>> Generator::eval(std::span<const int32_t> tokens, bool
       batch.block_tables.push_back(table_.ids().data());
       if (all_logits || i + 1 == tokens.size()) batch.logits_rows.push_back(static_cast<int32_t>(i - begin));
     }
-    model_.forward(pool_, batch, kv_, logits.data() + row_out * static_cast<size_t>(n_vocab));
+    model_.forward(pool_, batch, kv_, logits.data() + row_out * static_cast<size_t>(n_vocab), workspace_);
     row_out += batch.logits_rows.size();
     n_past_ += static_cast<int32_t>(end - begin);
   }

@@ -58,6 +58,7 @@ class Generator {
   GeneratorConfig config_;
   BlockPool pool_blocks_;
   KvStorage kv_;
+  ForwardWorkspace workspace_;  // activation buffers reused by every forward
   BlockTable table_;
   int32_t n_past_ = 0;
   std::vector<int32_t> history_;

@@ -20,7 +20,7 @@ std::vector<float> ModelRunner::run(const StepPlan& plan, Scheduler& scheduler) 
   }
   const size_t n_vocab = static_cast<size_t>(model_.hparams().n_vocab);
   std::vector<float> logits(batch.logits_rows.size() * n_vocab);  // [n_sampling_chunks, n_vocab]
-  if (batch.n_tokens() > 0) model_.forward(pool_, batch, kv_, logits.data());
+  if (batch.n_tokens() > 0) model_.forward(pool_, batch, kv_, logits.data(), workspace_);
   return logits;
 }
 

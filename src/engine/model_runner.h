@@ -23,6 +23,7 @@ class ModelRunner {
   const Model& model_;
   ThreadPool& pool_;
   KvStorage& kv_;
+  ForwardWorkspace workspace_;  // activation buffers reused by every step
 };
 
 }  // namespace kestrel

@@ -12,31 +12,33 @@ const float* floats(const TensorView* t) { return t ? reinterpret_cast<const flo
 
 void attention(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const ArchTraits& arch, const LayerWeights& L,
                const ops::RopeTable& rope, const ForwardBatch& batch, const KvLayerView& kv, const float* h,
-               float* out) {
+               float* out, ForwardWorkspace& ws) {
   const int n_tok = batch.n_tokens();
   const int hd = hp.head_dim, Dq = hp.n_heads * hd, Dkv = hp.n_kv_heads * hd;
-  std::vector<float> q(static_cast<size_t>(n_tok) * Dq);     // [n_tok, n_heads, head_dim]
-  std::vector<float> k(static_cast<size_t>(n_tok) * Dkv);    // [n_tok, n_kv_heads, head_dim]
-  std::vector<float> v(static_cast<size_t>(n_tok) * Dkv);    // [n_tok, n_kv_heads, head_dim]
-  std::vector<float> attn(static_cast<size_t>(n_tok) * Dq);  // [n_tok, n_heads, head_dim]
+  using Buffer = ForwardWorkspace::Buffer;
+  const size_t rows_q = static_cast<size_t>(n_tok) * Dq, rows_kv = static_cast<size_t>(n_tok) * Dkv;
+  float* q = ws.get(Buffer::Q, rows_q);           // [n_tok, n_heads, head_dim]
+  float* k = ws.get(Buffer::K, rows_kv);          // [n_tok, n_kv_heads, head_dim]
+  float* v = ws.get(Buffer::V, rows_kv);          // [n_tok, n_kv_heads, head_dim]
+  float* attn = ws.get(Buffer::AttnOut, rows_q);  // [n_tok, n_heads, head_dim]
   const WeightMatrix qkv[] = {pw.matrix(*L.wq), pw.matrix(*L.wk), pw.matrix(*L.wv)};
-  float* const qkv_out[] = {q.data(), k.data(), v.data()};
+  float* const qkv_out[] = {q, k, v};
   ops::matmul_many(pool, qkv, h, qkv_out, n_tok);
   if (L.bq) {
-    ops::add_bias(q.data(), floats(L.bq), n_tok, Dq);
-    ops::add_bias(k.data(), floats(L.bk), n_tok, Dkv);
-    ops::add_bias(v.data(), floats(L.bv), n_tok, Dkv);
+    ops::add_bias(q, floats(L.bq), n_tok, Dq);
+    ops::add_bias(k, floats(L.bk), n_tok, Dkv);
+    ops::add_bias(v, floats(L.bv), n_tok, Dkv);
   }
   if (L.q_norm) {  // per head: rows of head_dim
-    ops::rmsnorm(q.data(), floats(L.q_norm), q.data(), n_tok * hp.n_heads, hd, hp.rms_eps);
-    ops::rmsnorm(k.data(), floats(L.k_norm), k.data(), n_tok * hp.n_kv_heads, hd, hp.rms_eps);
+    ops::rmsnorm(q, floats(L.q_norm), q, n_tok * hp.n_heads, hd, hp.rms_eps);
+    ops::rmsnorm(k, floats(L.k_norm), k, n_tok * hp.n_kv_heads, hd, hp.rms_eps);
   }
-  ops::rope(q.data(), rope, hp.n_heads, hd, arch.rope_style);
-  ops::rope(k.data(), rope, hp.n_kv_heads, hd, arch.rope_style);
+  ops::rope(q, rope, hp.n_heads, hd, arch.rope_style);
+  ops::rope(k, rope, hp.n_kv_heads, hd, arch.rope_style);
   const AttentionRows rows{batch.positions, batch.block_tables};
-  ops::kv_store(kv, rows, k.data(), v.data(), n_tok);
-  ops::attention_paged(pool, q.data(), kv, rows, attn.data(), n_tok, hp.n_heads, 1.0f / std::sqrt(float(hd)));
-  ops::matmul(pool, pw.matrix(*L.wo), attn.data(), out, n_tok);
+  ops::kv_store(kv, rows, k, v, n_tok);
+  ops::attention_paged(pool, q, kv, rows, attn, n_tok, hp.n_heads, 1.0f / std::sqrt(float(hd)));
+  ops::matmul(pool, pw.matrix(*L.wo), attn, out, n_tok);
 }
 
 void attention_mla(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const ArchTraits& arch, const LayerWeights& L,
@@ -105,14 +107,16 @@ void attention_mla(ThreadPool& pool, const PackedWeights& pw, const HParams& hp,
 }
 
 void ffn_dense(ThreadPool& pool, const WeightMatrix& gate, const WeightMatrix& up, const WeightMatrix& down,
-               const float* h, float* out, int n_tok) {
+               const float* h, float* out, int n_tok, ForwardWorkspace& ws) {
   const size_t n = static_cast<size_t>(n_tok) * static_cast<size_t>(gate.n_out);
-  std::vector<float> g(n), u(n);  // [n_tok, n_ff]
-  ops::matmul_swiglu(pool, gate, up, h, g.data(), u.data(), n_tok);
-  ops::matmul(pool, down, g.data(), out, n_tok);
+  float* g = ws.get(ForwardWorkspace::Buffer::Gate, n);  // [n_tok, n_ff]
+  float* u = ws.get(ForwardWorkspace::Buffer::Up, n);    // [n_tok, n_ff]
+  ops::matmul_swiglu(pool, gate, up, h, g, u, n_tok);
+  ops::matmul(pool, down, g, out, n_tok);
 }
 
-void ffn_moe(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const LayerWeights& L, const float* h, float* out, int n_tok) {
+void ffn_moe(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const LayerWeights& L, const float* h, float* out,
+             int n_tok, ForwardWorkspace& ws) {
   const int E = hp.n_embd, X = hp.n_expert, K = hp.n_expert_used;
   std::vector<float> probs(static_cast<size_t>(n_tok) * X);  // [n_tok, n_expert]
   ops::matmul(pool, pw.matrix(*L.ffn_router), h, probs.data(), n_tok);
@@ -135,7 +139,7 @@ void ffn_moe(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const
   }
   if (L.ffn_gate_shexp)
     ffn_dense(pool, pw.matrix(*L.ffn_gate_shexp), pw.matrix(*L.ffn_up_shexp),
-              pw.matrix(*L.ffn_down_shexp), h, out, n_tok);
+              pw.matrix(*L.ffn_down_shexp), h, out, n_tok, ws);
   else
     std::fill(out, out + static_cast<size_t>(n_tok) * E, 0.f);
   std::vector<float> xs, ys;  // [n_routed, n_embd] gathered inputs and expert outputs
@@ -148,7 +152,7 @@ void ffn_moe(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const
     for (int i = 0; i < n; ++i)
       std::copy_n(h + static_cast<size_t>(tokens[i].first) * E, E, xs.data() + static_cast<size_t>(i) * E);
     ffn_dense(pool, pw.matrix(*L.ffn_gate_exps, e), pw.matrix(*L.ffn_up_exps, e),
-              pw.matrix(*L.ffn_down_exps, e), xs.data(), ys.data(), n);
+              pw.matrix(*L.ffn_down_exps, e), xs.data(), ys.data(), n, ws);
     for (int i = 0; i < n; ++i) {
       float* o = out + static_cast<size_t>(tokens[i].first) * E;
       const float* y = ys.data() + static_cast<size_t>(i) * E;

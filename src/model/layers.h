@@ -7,14 +7,15 @@
 #include "model/hparams.h"
 #include "model/packed_weights.h"
 #include "model/weights.h"
+#include "model/workspace.h"
 
 namespace kestrel::layers {
 
 // Self-attention with GQA, optional q/k/v bias and per-head q/k norm, RoPE, paged KV.
-// h: [n_tok, n_embd] (normalised input) -> out: [n_tok, n_embd].
+// h: [n_tok, n_embd] (normalised input) -> out: [n_tok, n_embd]. Scratch: ws's Q, K, V and AttnOut buffers.
 void attention(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const ArchTraits& arch, const LayerWeights& L,
                const ops::RopeTable& rope, const ForwardBatch& batch, const KvLayerView& kv, const float* h,
-               float* out);
+               float* out, ForwardWorkspace& ws);
 
 // Multi-head latent attention (DeepSeek-V2), computed in latent space: each head's q_nope is absorbed by
 // k_b into a kv_lora_rank-wide query, so attention runs over the cached [latent | rope key] rows directly
@@ -25,12 +26,14 @@ void attention_mla(ThreadPool& pool, const PackedWeights& pw, const HParams& hp,
                    float* out);
 
 // SwiGLU feed-forward: out = down(silu(gate(h)) * up(h)). h: [n_tok, n_embd] -> out: [n_tok, n_embd].
+// Scratch: ws's Gate and Up buffers.
 void ffn_dense(ThreadPool& pool, const WeightMatrix& gate, const WeightMatrix& up, const WeightMatrix& down,
-               const float* h, float* out, int n_tok);
+               const float* h, float* out, int n_tok, ForwardWorkspace& ws);
 
 // Mixture of experts: softmax (or sigmoid) router over n_expert, top-k per token, optionally renormalised
 // and scaled; each chosen expert runs once over all the tokens routed to it; shared experts, when present,
 // see every token. h, out: [n_tok, n_embd].
-void ffn_moe(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const LayerWeights& L, const float* h, float* out, int n_tok);
+void ffn_moe(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const LayerWeights& L, const float* h, float* out,
+             int n_tok, ForwardWorkspace& ws);
 
 }  // namespace kestrel::layers

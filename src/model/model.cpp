@@ -98,16 +98,23 @@ KvCacheSpec Model::kv_spec(int32_t n_blocks, int block_size, KvType type) const 
   return spec;
 }
 
+void Model::forward(ThreadPool& pool, const ForwardBatch& batch, KvStorage& kv, float* logits) const {
+  ForwardWorkspace ws;
+  forward(pool, batch, kv, logits, ws);
+}
+
 // Step order per layer: norm -> attention -> residual add -> norm -> FFN (dense or MoE) -> residual add.
 // After the last layer only the rows whose logits are wanted are normalised and projected.
-void Model::forward(ThreadPool& pool, const ForwardBatch& batch, KvStorage& kv, float* logits) const {
+void Model::forward(ThreadPool& pool, const ForwardBatch& batch, KvStorage& kv, float* logits, ForwardWorkspace& ws) const {
+  using Buffer = ForwardWorkspace::Buffer;
   const HParams& hp = hparams_;
   const int n_tok = batch.n_tokens(), E = hp.n_embd;
-  std::vector<float> x(static_cast<size_t>(n_tok) * E);    // [n_tok, n_embd] residual stream
-  std::vector<float> h(x.size()), y(x.size());              // [n_tok, n_embd] normalised input, block output
+  const size_t n_act = static_cast<size_t>(n_tok) * E;
+  float* x = ws.get(Buffer::Residual, n_act);  // [n_tok, n_embd] residual stream
+  float* h = ws.get(Buffer::Normed, n_act);    // [n_tok, n_embd] normalised input of a block
+  float* y = ws.get(Buffer::BlockOut, n_act);  // [n_tok, n_embd] block output
   const TensorView& embd = *weights_.token_embd;
-  for (int t = 0; t < n_tok; ++t)
-    dequantize_row(embd.type, embd.row(batch.tokens[t]), x.data() + static_cast<size_t>(t) * E, E);
+  for (int t = 0; t < n_tok; ++t) dequantize_row(embd.type, embd.row(batch.tokens[t]), x + static_cast<size_t>(t) * E, E);
 
   // Latent attention rotates only its shared key and query parts, without frequency factors.
   const TensorView* freq_factors = arch_->latent_attention ? nullptr : weights_.rope_freqs;
@@ -115,28 +122,27 @@ void Model::forward(ThreadPool& pool, const ForwardBatch& batch, KvStorage& kv, 
                                               freq_factors ? reinterpret_cast<const float*>(freq_factors->data) : nullptr);
   for (int il = 0; il < hp.n_layers; ++il) {
     const LayerWeights& L = weights_.layers[static_cast<size_t>(il)];
-    ops::rmsnorm(pool, x.data(), reinterpret_cast<const float*>(L.attn_norm->data), h.data(), n_tok, E, hp.rms_eps);
+    ops::rmsnorm(pool, x, reinterpret_cast<const float*>(L.attn_norm->data), h, n_tok, E, hp.rms_eps);
     if (arch_->latent_attention)
-      layers::attention_mla(pool, packed_, hp, *arch_, L, rope, batch, kv.layer(il), h.data(), y.data());
+      layers::attention_mla(pool, packed_, hp, *arch_, L, rope, batch, kv.layer(il), h, y);
     else
-      layers::attention(pool, packed_, hp, *arch_, L, rope, batch, kv.layer(il), h.data(), y.data());
-    ops::add(x.data(), y.data(), x.size());
-    ops::rmsnorm(pool, x.data(), reinterpret_cast<const float*>(L.ffn_norm->data), h.data(), n_tok, E, hp.rms_eps);
+      layers::attention(pool, packed_, hp, *arch_, L, rope, batch, kv.layer(il), h, y, ws);
+    ops::add(x, y, n_act);
+    ops::rmsnorm(pool, x, reinterpret_cast<const float*>(L.ffn_norm->data), h, n_tok, E, hp.rms_eps);
     if (L.ffn_router)
-      layers::ffn_moe(pool, packed_, hp, L, h.data(), y.data(), n_tok);
+      layers::ffn_moe(pool, packed_, hp, L, h, y, n_tok, ws);
     else
-      layers::ffn_dense(pool, packed_.matrix(*L.ffn_gate), packed_.matrix(*L.ffn_up), packed_.matrix(*L.ffn_down),
-                        h.data(), y.data(), n_tok);
-    ops::add(x.data(), y.data(), x.size());
+      layers::ffn_dense(pool, packed_.matrix(*L.ffn_gate), packed_.matrix(*L.ffn_up), packed_.matrix(*L.ffn_down), h, y,
+                        n_tok, ws);
+    ops::add(x, y, n_act);
   }
 
   const int n_out = static_cast<int>(batch.logits_rows.size());
-  std::vector<float> last(static_cast<size_t>(n_out) * E);  // [n_out, n_embd]
+  float* last = ws.get(Buffer::Last, static_cast<size_t>(n_out) * E);  // [n_out, n_embd]
   for (int i = 0; i < n_out; ++i)
-    std::copy_n(x.data() + static_cast<size_t>(batch.logits_rows[i]) * E, E, last.data() + static_cast<size_t>(i) * E);
-  ops::rmsnorm(pool, last.data(), reinterpret_cast<const float*>(weights_.output_norm->data), last.data(), n_out, E,
-               hp.rms_eps);
-  ops::matmul(pool, packed_.matrix(*weights_.output), last.data(), logits, n_out);
+    std::copy_n(x + static_cast<size_t>(batch.logits_rows[i]) * E, E, last + static_cast<size_t>(i) * E);
+  ops::rmsnorm(pool, last, reinterpret_cast<const float*>(weights_.output_norm->data), last, n_out, E, hp.rms_eps);
+  ops::matmul(pool, packed_.matrix(*weights_.output), last, logits, n_out);
 }
 
 }  // namespace kestrel

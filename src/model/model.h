@@ -15,6 +15,7 @@
 #include "model/hparams.h"
 #include "model/packed_weights.h"
 #include "model/weights.h"
+#include "model/workspace.h"
 
 namespace kestrel {
 
@@ -40,6 +41,9 @@ class Model {
   // Runs the batch through every layer, writing each token's K/V into its slot in `kv` and the logits of
   // batch.logits_rows into logits: [logits_rows.size(), n_vocab]. Positions must be < the block tables'
   // capacity, and each token's earlier positions must already be in the cache (or in this batch, earlier).
+  // ws holds the activation buffers from one call to the next (see ForwardWorkspace); the overload without
+  // it makes a fresh one per call.
+  void forward(ThreadPool& pool, const ForwardBatch& batch, KvStorage& kv, float* logits, ForwardWorkspace& ws) const;
   void forward(ThreadPool& pool, const ForwardBatch& batch, KvStorage& kv, float* logits) const;
 
  private:

@@ -1,0 +1,27 @@
+// Scratch memory of forward passes, kept from one call to the next: each activation buffer is sized for
+// the largest batch seen so far and reused, so a forward neither allocates nor zero-fills buffers per layer,
+// and a large batch does not map and fault in fresh pages on every call. One per caller of Model::forward;
+// not shared between threads.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <vector>
+
+namespace kestrel {
+
+class ForwardWorkspace {
+ public:
+  enum class Buffer { Residual, Normed, BlockOut, Q, K, V, AttnOut, Gate, Up, Last, Count };
+
+  // At least n floats for `buffer`; the contents are whatever its previous user left there.
+  float* get(Buffer buffer, size_t n) {
+    std::vector<float>& b = buffers_[static_cast<size_t>(buffer)];
+    if (b.size() < n) b.resize(n);
+    return b.data();
+  }
+
+ private:
+  std::array<std::vector<float>, static_cast<size_t>(Buffer::Count)> buffers_;
+};
+
+}  // namespace kestrel
