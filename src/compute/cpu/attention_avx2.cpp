@@ -9,6 +9,8 @@ struct Vec256 {
   using type = __m256;
   static constexpr int W = 8;
   static constexpr int kMaxGroup = 4;  // 2 vectors per head per tile: 8 score registers of 16
+  static constexpr int kTileKeys = 16;  // keys scored per tile
+  static constexpr int kValueSlices = 2;  // value slices accumulated together
   static type zero() { return _mm256_setzero_ps(); }
   static type set1(float x) { return _mm256_set1_ps(x); }
   static type load(const float* p) { return _mm256_loadu_ps(p); }

@@ -11,6 +11,8 @@ struct Vec512 {
   using type = __m512;
   static constexpr int W = 16;
   static constexpr int kMaxGroup = 8;
+  static constexpr int kTileKeys = 32;  // keys scored per tile
+  static constexpr int kValueSlices = 2;  // value slices accumulated together
   static type zero() { return _mm512_setzero_ps(); }
   static type set1(float x) { return _mm512_set1_ps(x); }
   static type load(const float* p) { return _mm512_loadu_ps(p); }

@@ -1,12 +1,14 @@
 // Paged attention kernel for one (query token, KV head): the G query heads that share the KV head are
-// scored together against each 16-token page of transposed K (one vector op per dimension covers the
-// page's 16 keys), folded into an online softmax, and the page's V rows are accumulated for all G heads.
+// scored together against tiles of transposed K (one vector op per dimension covers a vector's keys; a tile
+// is V::kTileKeys keys, 32 for AVX-512, so the heads' score registers form enough independent FMA chains),
+// folded into an online softmax once per 128-key chunk, and the chunk's V rows are accumulated for all G
+// heads, several value slices at a time for the same reason.
 // Written once over a small vector interface and compiled per ISA: included by attention.cpp (scalar),
 // attention_avx2.cpp and attention_avx512.cpp, each of which defines its vector type first (see
 // attend_chunk). Everything here has internal linkage and uses no library code, so ISA copies never mix.
 // Head widths must be multiples of the vector width (16 covers every model here). Pages hold a multiple of
-// 16 tokens, or 4 or 8: then a tile's 16 keys span several pages and a vector's lanes are assembled from
-// the pages' rows (V::load2 / V::load4 join halves / quarters), so small pages keep the same kernel.
+// 16 tokens, or 4 or 8: then a vector's 16 keys span several pages and its lanes are assembled from the
+// pages' rows (V::load2 / V::load4 join halves / quarters), so small pages keep the same kernel.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -27,7 +29,7 @@ struct AttendArgs {
   float scale;
   float* out;            // [G, dv]
 };
-constexpr int kAttendTile = 16;    // keys scored together (page sizes must be a multiple)
+constexpr int kAttendTile = 16;    // page sizes must be a multiple of this (or 4 or 8); tiles are too
 constexpr int kAttendChunk = 128;  // keys per softmax update (a multiple of kAttendTile)
 constexpr int kAttendPrefetchTiles = 4;  // how far ahead pages are prefetched
 constexpr int kAttendMaxDim = 256;  // largest head width it handles (a multiple of 16)
@@ -64,8 +66,28 @@ typename V::type attend_load_keys(const T* const* parts, size_t row) {
   else return V::load4(parts[0] + row, parts[1] + row, parts[2] + row, parts[3] + row);
 }
 
+// acc[g][i .. i + S * W) += sum over the chunk's n keys of p[g][j] * V row j, for S slices of W lanes.
+template <typename V, typename T, int GC, int S>
+void attend_values(const float (*p)[kAttendChunk], const T* const* vrow, int n, int i, float (*acc)[kAttendMaxDim]) {
+  using vec = typename V::type;
+  vec o[GC][S];
+  for (int g = 0; g < GC; ++g)
+    for (int s = 0; s < S; ++s) o[g][s] = V::load(acc[g] + i + s * V::W);
+  for (int j = 0; j < n; ++j) {
+    vec v[S];
+    for (int s = 0; s < S; ++s) v[s] = V::load(vrow[j] + i + s * V::W);
+    for (int g = 0; g < GC; ++g) {
+      const vec pj = V::set1(p[g][j]);
+      for (int s = 0; s < S; ++s) o[g][s] = V::fma(pj, v[s], o[g][s]);
+    }
+  }
+  for (int g = 0; g < GC; ++g)
+    for (int s = 0; s < S; ++s) V::store(acc[g] + i + s * V::W, o[g][s]);
+}
+
 // GC query heads starting at g0 of the group (GC a compile-time count so score tiles stay in registers).
-// V is the including file's vector type: V::W lanes, V::kMaxGroup heads per pass, and zero, set1,
+// V is the including file's vector type: V::W lanes, V::kMaxGroup heads per pass, V::kTileKeys keys scored
+// per tile (a multiple of 16 and of W), V::kValueSlices value slices per accumulation pass, and zero, set1,
 // load(float*), load(uint16_t*) (fp16 bits), store, add, sub, mul, fma(a, b, c) = a * b + c, max,
 // reduce_max, reduce_add, exp (for arguments <= 0), and for pages smaller than W, load2 / load4.
 // SPLIT: pages per vector (W / block_size when pages are smaller than a vector, else 1).
@@ -74,11 +96,13 @@ typename V::type attend_load_keys(const T* const* parts, size_t row) {
 // accumulated with the heads' accumulators held in registers across the chunk's tiles.
 template <typename V, typename T, int GC, int SPLIT>
 void attend_chunk(const AttendArgs& a, int g0) {
-  constexpr int B = kAttendTile, CK = kAttendChunk, W = V::W, NV = B / W;  // vectors per 16-key tile
+  constexpr int B = V::kTileKeys, CK = kAttendChunk, W = V::W, NV = B / W;  // vectors per tile of B keys
   constexpr int PART = W / SPLIT;  // keys of one vector that lie in one page
+  constexpr int VS = V::kValueSlices;
+  static_assert(B % kAttendTile == 0 && CK % B == 0, "tiles are whole 16-key steps and fill a chunk");
   using vec = typename V::type;
   const int d = a.d, dv = a.dv, bs = a.block_size;
-  const int page_keys = bs < B ? bs : B;  // keys of a tile in one page
+  const int page_keys = bs < kAttendTile ? bs : kAttendTile;  // keys of a 16-key step in one page
   alignas(64) float q[GC][kAttendMaxDim];
   alignas(64) float acc[GC][kAttendMaxDim];
   alignas(64) float p[GC][CK];  // scores, then probabilities, of the current chunk
@@ -161,16 +185,11 @@ void attend_chunk(const AttendArgs& a, int g0) {
       if (correction != 1.0f)
         for (int i = 0; i < dv; i += W) V::store(acc[g] + i, V::mul(V::load(acc[g] + i), V::set1(correction)));
     }
-    // Values: per W-wide slice of the value width, the heads' accumulators stay in registers for the chunk.
-    for (int i = 0; i < dv; i += W) {
-      vec o[GC];
-      for (int g = 0; g < GC; ++g) o[g] = V::load(acc[g] + i);
-      for (int j = 0; j < n; ++j) {
-        const vec v = V::load(vrow[j] + i);
-        for (int g = 0; g < GC; ++g) o[g] = V::fma(V::set1(p[g][j]), v, o[g]);
-      }
-      for (int g = 0; g < GC; ++g) V::store(acc[g] + i, o[g]);
-    }
+    // Values: per VS W-wide slices of the value width, the heads' accumulators stay in registers for the
+    // chunk (VS slices give GC * VS independent accumulation chains to hide the FMA latency).
+    int i = 0;
+    for (; i + VS * W <= dv; i += VS * W) attend_values<V, T, GC, VS>(p, vrow, n, i, acc);
+    for (; i < dv; i += W) attend_values<V, T, GC, 1>(p, vrow, n, i, acc);
   }
   for (int g = 0; g < GC; ++g) {
     const float inv = 1.0f / l[g];
