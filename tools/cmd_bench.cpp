@@ -30,6 +30,7 @@ struct BenchArgs {
   std::string output = "md";
   KvType kv_type = KvType::F16;
   bool measure_bandwidth = true;
+  bool interleave_depths = false;  // decode rows of different depths measured token by token in turn
 };
 
 // Several sequences sharing one KV page pool; each step runs one forward over all of them.
@@ -149,6 +150,32 @@ std::vector<int32_t> random_tokens(std::mt19937& rng, int n, int n_vocab) {
   return t;
 }
 
+// Decode rows at several depths (one sequence each, same n_gen) measured together: each repetition fills
+// one sequence per depth, then generates token by token, stepping the depths' sequences in turn, so every
+// depth sees the same spells of this shared machine and their ratio (what context costs) is not a
+// comparison across minutes. The first repetition warms up.
+void measure_depths_interleaved(const Model& model, ThreadPool& pool, const BenchArgs& a, std::mt19937& rng,
+                                const std::vector<Row*>& rows) {
+  const int n_vocab = model.hparams().n_vocab;
+  for (int rep = 0; rep <= a.repetitions; ++rep) {
+    std::vector<std::unique_ptr<BenchSequences>> seqs;  // [rows]
+    for (const Row* row : rows) {
+      seqs.push_back(std::make_unique<BenchSequences>(model, 1, row->depth + row->n_gen + 1, a.block_size, a.kv_type));
+      if (row->depth > 0) seqs.back()->step(pool, {random_tokens(rng, row->depth, n_vocab)}, a.ubatch);
+    }
+    std::vector<double> seconds(rows.size(), 0.0);  // [rows] decode time this repetition
+    for (int i = 0; i < rows[0]->n_gen; ++i)
+      for (size_t r = 0; r < rows.size(); ++r) {
+        const std::vector<std::vector<int32_t>> next{random_tokens(rng, 1, n_vocab)};
+        Timer timer;
+        seqs[r]->step(pool, next, a.ubatch);
+        seconds[r] += timer.elapsed_s();
+      }
+    if (rep > 0)
+      for (size_t r = 0; r < rows.size(); ++r) rows[r]->samples_ts.push_back(rows[r]->n_gen / seconds[r]);
+  }
+}
+
 int run_bench(BenchArgs& a) {
   ThreadPool pool(a.threads);
   nlohmann::json json_rows = nlohmann::json::array();
@@ -179,7 +206,7 @@ int run_bench(BenchArgs& a) {
             rows.push_back({path, "tg" + std::to_string(ng) + "x" + std::to_string(s) + (d ? "@d" + std::to_string(d) : ""),
                             0, ng, d, s, {}, {}, {}});
         }
-    for (Row& row : rows) {
+    const auto measure_row = [&](Row& row) {
       // This machine's bandwidth drifts within seconds: each decode repetition's ceiling is the mean of
       // passes right before and right after it, and the row's fraction the mean of the repetitions'.
       const bool with_bandwidth = a.measure_bandwidth && row.n_gen > 0;
@@ -214,6 +241,16 @@ int run_bench(BenchArgs& a) {
         // Decode reads every weight once per step, whatever the number of sequences.
         row.ceiling_fractions.push_back(bytes_per_token * ts / row.n_seqs / (bandwidth * 1e9));
       }
+    };
+    if (a.interleave_depths)
+      for (int ng : a.n_gen) {
+        std::vector<Row*> same_gen;
+        for (Row& row : rows)
+          if (row.n_gen == ng && row.n_seqs == 1) same_gen.push_back(&row);
+        if (same_gen.size() > 1) measure_depths_interleaved(*model, pool, a, rng, same_gen);
+      }
+    for (Row& row : rows) {
+      if (row.samples_ts.empty()) measure_row(row);
       const double bandwidth = Row::mean(row.bandwidth_gbs), fraction = Row::mean(row.ceiling_fractions);
       if (a.output == "md") {
         std::printf("| %s | %.2f MiB | %.2f B | %d | %s | %.2f ± %.2f | %s | %s |\n", path.c_str(), file_bytes / 1048576.0,
@@ -260,6 +297,8 @@ void add_bench(CLI::App& app, Action& run) {
   cmd->add_option("-b,--batch-size", a->ubatch, "Tokens per forward during prefill")->check(CLI::Range(1, 8192));
   cmd->add_option("-o,--output", a->output, "Output format: md or json")->check(CLI::IsMember({"md", "json"}));
   cmd->add_flag("!--no-bandwidth", a->measure_bandwidth, "Skip the memory-bandwidth measurement");
+  cmd->add_flag("--interleave-depths", a->interleave_depths,
+                "Measure the decode rows of the -d depths token by token in turn (their ratio free of drift)");
   add_cache_type_options(cmd, a->kv_type);
   CLI::App* serve = add_bench_serve(*cmd, run);
   cmd->require_subcommand(0, 1);

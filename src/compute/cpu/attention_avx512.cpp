@@ -122,18 +122,11 @@ void attend_bf16_chunk(const AttendArgs& a, int g0) {
         const uint16_t* v0 = vbase + page * bs * dv + ((pos % bs) / 2) * dv * 2;  // key-pair rows [bs / 2][dv][2]
         for (int r = 0; r < page_keys / 2; ++r) vpair[(t * B + j) / 2 + r] = v0 + static_cast<size_t>(r) * dv * 2;
       }
-      for (int j = 0; j < B; j += page_keys) {
-        const int ahead = start + j + kAttendPrefetchTiles * B;
-        if (ahead >= a.n_keys || ahead % bs != 0) continue;
-        const size_t next = static_cast<size_t>(a.kv_head) * a.n_blocks + a.table[ahead / bs];
-        const char* kn = reinterpret_cast<const char*>(kbase + next * bs * d);
-        const char* vn = reinterpret_cast<const char*>(vbase + next * bs * dv);
-        for (size_t off = 0; off < 2u * bs * d; off += 64) _mm_prefetch(kn + off, _MM_HINT_T0);
-        for (size_t off = 0; off < 2u * bs * dv; off += 64) _mm_prefetch(vn + off, _MM_HINT_T0);
-      }
+      AheadPrefetch ahead(a, sizeof(uint16_t), start + kAttendPrefetchTiles * B, B, page_keys, d / 2);
       __m512 s[GC];
       for (int g = 0; g < GC; ++g) s[g] = _mm512_setzero_ps();
       for (int i = 0; i < d / 2; ++i) {
+        ahead.step();
         const __m512bh k = load_key_pairs<SPLIT>(kparts, static_cast<size_t>(i) * bs * 2);
         for (int g = 0; g < GC; ++g) {
           const auto pair = reinterpret_cast<const int32_t*>(qb[g])[i];

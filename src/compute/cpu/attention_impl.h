@@ -66,6 +66,43 @@ typename V::type attend_load_keys(const T* const* parts, size_t row) {
   else return V::load4(parts[0] + row, parts[1] + row, parts[2] + row, parts[3] + row);
 }
 
+// Pages lie anywhere in memory, so hardware prefetchers lose the stream at each page. While a tile is
+// scored, this fetches the K and V pages that start in a tile further on, a few lines per step of the
+// scoring loop: a burst of a hundred prefetches would stall the loads the scores wait for, and pages
+// fetched all at once between tiles arrive with the compute stopped.
+class AheadPrefetch {
+ public:
+  // Keys [first, first + tile_keys) of a's sequence, in 16-key (or page-size) steps of step_keys; spread
+  // over `steps` calls to step().
+  AheadPrefetch(const AttendArgs& a, size_t elem_bytes, int first, int tile_keys, int step_keys, int steps) {
+    const int bs = a.block_size;
+    for (int j = 0; j < tile_keys; j += step_keys) {
+      const int key = first + j;
+      if (key >= a.n_keys || key % bs != 0) continue;
+      const size_t page = static_cast<size_t>(a.kv_head) * a.n_blocks + a.table[key / bs];
+      regions_[n_regions_++] = static_cast<const char*>(a.k) + page * bs * a.d * elem_bytes;
+      regions_[n_regions_++] = static_cast<const char*>(a.v) + page * bs * a.v_stride * elem_bytes;
+    }
+    region_lines_ = static_cast<int>((elem_bytes * bs * (a.d > a.v_stride ? a.d : a.v_stride) + 63) / 64);
+    lines_per_step_ = (static_cast<uint32_t>(n_regions_ * region_lines_) << 16) / static_cast<uint32_t>(steps) + 1;
+  }
+
+  void step() {
+    due_ += lines_per_step_;
+    for (; done_ < static_cast<int>(due_ >> 16) && region_ < n_regions_; ++done_) {
+      __builtin_prefetch(regions_[region_] + 64 * line_, 0, 3);
+      if (++line_ == region_lines_) line_ = 0, ++region_;
+    }
+  }
+
+ private:
+  static constexpr int kMaxRegions = 2 * (kAttendChunk / 4);  // K and V of each page in a tile (pages >= 4 keys)
+  const char* regions_[kMaxRegions];
+  int n_regions_ = 0, region_lines_ = 0;
+  uint32_t lines_per_step_ = 0, due_ = 0;  // lines due after each step so far, 16.16 fixed point
+  int region_ = 0, line_ = 0, done_ = 0;   // the next line to fetch, and how many were
+};
+
 // acc[g][i .. i + S * W) += sum over the chunk's n keys of p[g][j] * V row j, for S slices of W lanes.
 template <typename V, typename T, int GC, int S>
 void attend_values(const float (*p)[kAttendChunk], const T* const* vrow, int n, int i, float (*acc)[kAttendMaxDim]) {
@@ -138,22 +175,13 @@ void attend_chunk(const AttendArgs& a, int g0) {
         const T* v0 = vbase + (page * bs + pos % bs) * a.v_stride;
         for (int r = 0; r < page_keys; ++r) vrow[t * B + j + r] = v0 + static_cast<size_t>(r) * a.v_stride;
       }
-      // Pages lie anywhere in memory, so hardware prefetchers lose the stream at each page: fetch the K and
-      // V of the pages kAttendPrefetchTiles tiles ahead into L2 now.
-      for (int j = 0; j < B; j += page_keys) {
-        const int ahead = start + j + kAttendPrefetchTiles * B;
-        if (ahead >= a.n_keys || ahead % bs != 0) continue;
-        const size_t next = static_cast<size_t>(a.kv_head) * a.n_blocks + a.table[ahead / bs];
-        const char* kn = reinterpret_cast<const char*>(kbase + next * bs * d);
-        const char* vn = reinterpret_cast<const char*>(vbase + next * bs * a.v_stride);
-        for (size_t off = 0; off < sizeof(T) * bs * d; off += 64) __builtin_prefetch(kn + off, 0, 3);
-        for (size_t off = 0; off < sizeof(T) * bs * a.v_stride; off += 64) __builtin_prefetch(vn + off, 0, 3);
-      }
-      // Scores: one vector op per dimension covers the tile's 16 keys for one head.
+      AheadPrefetch ahead(a, sizeof(T), start + kAttendPrefetchTiles * B, B, page_keys, d);
+      // Scores: one vector op per dimension covers a vector's keys for one head.
       vec s[GC][NV];
       for (int g = 0; g < GC; ++g)
         for (int c = 0; c < NV; ++c) s[g][c] = V::zero();
       for (int i = 0; i < d; ++i) {
+        ahead.step();
         vec k[NV];
         for (int c = 0; c < NV; ++c) k[c] = attend_load_keys<V, T, SPLIT>(kparts[c], static_cast<size_t>(i) * bs);
         for (int g = 0; g < GC; ++g) {
