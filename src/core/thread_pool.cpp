@@ -13,11 +13,9 @@ ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
 }
 
 ThreadPool::~ThreadPool() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-    generation_.fetch_add(1);
-  }
+  stopping_.store(true);
+  generation_.fetch_add(1);
+  { std::lock_guard<std::mutex> lock(mutex_); }  // a worker between its check and its wait is now waiting
   wake_.notify_all();
   for (auto& t : workers_) t.join();
 }
@@ -58,17 +56,17 @@ void ThreadPool::run(size_t n, size_t grain, bool dynamic, const std::function<v
   if (n == 0) return;
   grain = std::max<size_t>(1, grain);
   if (n_threads_ == 1 || n <= grain) return body(0, n, 0);  // one thread: nothing to balance
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    body_ = &body;
-    n_ = n;
-    grain_ = grain;
-    dynamic_ = dynamic;
-    next_.store(0, std::memory_order_relaxed);
-    pending_.store(n_threads_ - 1);
-    generation_.fetch_add(1, std::memory_order_release);
+  body_ = &body;
+  n_ = n;
+  grain_ = grain;
+  dynamic_ = dynamic;
+  next_.store(0, std::memory_order_relaxed);
+  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
+  generation_.fetch_add(1, std::memory_order_seq_cst);  // publishes the job (and orders the sleepers_ read)
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+    { std::lock_guard<std::mutex> lock(mutex_); }  // a worker between its check and its wait is now waiting
+    wake_.notify_all();
   }
-  wake_.notify_all();
   run_chunk(0);
   // Decode steps are short: spin on the counter rather than sleeping.
   while (pending_.load(std::memory_order_acquire) != 0) {
@@ -81,7 +79,7 @@ void ThreadPool::run(size_t n, size_t grain, bool dynamic, const std::function<v
 void ThreadPool::worker_loop(int thread_index) {
   uint64_t seen = 0;
   for (;;) {
-    // Spin a little before sleeping: consecutive loops of a forward pass arrive microseconds apart.
+    // Spin a while before sleeping: consecutive loops of a forward pass arrive microseconds apart.
     uint64_t gen = generation_.load(std::memory_order_acquire);
     for (int spin = 0; gen == seen && spin < 20000; ++spin) {
 #if defined(__x86_64__)
@@ -90,15 +88,16 @@ void ThreadPool::worker_loop(int thread_index) {
       gen = generation_.load(std::memory_order_acquire);
     }
     if (gen == seen) {
-      std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] { return generation_.load() != seen; });
-      gen = generation_.load();
+      sleepers_.fetch_add(1, std::memory_order_seq_cst);
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait(lock, [&] { return generation_.load(std::memory_order_seq_cst) != seen; });
+      }
+      sleepers_.fetch_sub(1, std::memory_order_relaxed);
+      gen = generation_.load(std::memory_order_acquire);
     }
     seen = gen;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (stopping_) return;
-    }
+    if (stopping_.load(std::memory_order_acquire)) return;
     run_chunk(thread_index);
     pending_.fetch_sub(1, std::memory_order_acq_rel);
   }

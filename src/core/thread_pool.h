@@ -40,14 +40,18 @@ class ThreadPool {
 
   int n_threads_;
   std::vector<std::thread> workers_;
+  // Sleeping: a worker that spun too long without work waits on wake_; run() takes the mutex and notifies
+  // only when sleepers_ says one does, so a round trip between busy threads touches no lock.
   std::mutex mutex_;
   std::condition_variable wake_;
+  std::atomic<int> sleepers_{0};
   // The counters each sit on their own cache line: workers spin on generation_ while chunks are taken from
   // next_ and finishes counted in pending_, and a shared line would bounce between the cores.
   alignas(64) std::atomic<uint64_t> generation_{0};
   alignas(64) std::atomic<int> pending_{0};
-  bool stopping_ = false;
-  // The current job; written by the caller before generation_ is bumped.
+  std::atomic<bool> stopping_{false};
+  // The current job; written by the caller before generation_ is bumped (release), read by workers after
+  // they see the new generation (acquire).
   const std::function<void(size_t, size_t, int)>* body_ = nullptr;
   size_t n_ = 0;
   size_t grain_ = 1;
