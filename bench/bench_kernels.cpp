@@ -2,11 +2,14 @@
 // (decode is bound by how fast weights stream). Run: build/bench/kestrel_bench_kernels
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <memory>
 #include <random>
 #include <vector>
 
 #include "compute/cpu/dot.h"
 #include "compute/ops.h"
+#include "core/large_buffer.h"
 #include "core/thread_pool.h"
 #include "compute/cpu/packed_matrix.h"
 #include "quant/quantize.h"
@@ -132,6 +135,35 @@ void BM_AttentionDecode(benchmark::State& state, kestrel::KvType type) {
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * 2 * k.size()));
 }
+// The same decode attention over a whole model's KV: TinyLlama's 22 layers x range(0) cached tokens
+// (92 MB of F16 KV per token at 4096), so pages stream from memory as in a real step, with 2 threads.
+// Per iteration: one token's attention through every layer.
+void BM_AttentionDecodeLayers(benchmark::State& state, kestrel::KvType type) {
+  const int n_kv = 4, hd = 64, n_heads = 32, n_layers = 22, n_keys = static_cast<int>(state.range(0)), bs = 16;
+  const int n_blocks = n_keys / bs;
+  const size_t layer_bytes = static_cast<size_t>(n_blocks) * n_kv * bs * hd * 2;  // K or V of one layer
+  const std::shared_ptr<uint8_t[]> kv_bytes = kestrel::allocate_large_buffer(2 * layer_bytes * n_layers);
+  std::fill_n(kv_bytes.get(), 2 * layer_bytes * n_layers, uint8_t{0x11});
+  std::vector<int32_t> table(static_cast<size_t>(n_blocks));
+  for (int i = 0; i < n_blocks; ++i) table[static_cast<size_t>(i)] = i;
+  std::vector<float> q(static_cast<size_t>(n_heads) * hd, 0.01f), out(q.size());
+  const int32_t pos = n_keys - 1;
+  const int32_t* tables[1] = {table.data()};
+  const kestrel::AttentionRows rows{std::span<const int32_t>(&pos, 1), std::span<const int32_t* const>(tables, 1)};
+  kestrel::ThreadPool pool(2);
+  for (auto _ : state) {
+    for (int l = 0; l < n_layers; ++l) {
+      uint8_t* k = kv_bytes.get() + 2 * layer_bytes * static_cast<size_t>(l);
+      const kestrel::KvLayerView kv{k, k + layer_bytes, type, true, bs, n_kv, hd, hd, hd, n_blocks};
+      kestrel::ops::attention_paged(pool, q.data(), kv, rows, out.data(), 1, n_heads, 0.125f);
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * 2 * layer_bytes * n_layers));
+}
+BENCHMARK_CAPTURE(BM_AttentionDecodeLayers, f16, kestrel::KvType::F16)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_AttentionDecodeLayers, bf16, kestrel::KvType::BF16)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
+
 BENCHMARK_CAPTURE(BM_AttentionDecode, f32, kestrel::KvType::F32)->Args({512, 16})->Args({4096, 16});
 BENCHMARK_CAPTURE(BM_AttentionDecode, f16, kestrel::KvType::F16)
     ->Args({512, 16})->Args({4096, 16})->Args({512, 8})->Args({512, 4})->Args({4096, 4});
