@@ -50,8 +50,14 @@ void rmsnorm(const float* x, const float* weight, float* y, int n_tok, int n, fl
   for (int t = 0; t < n_tok; ++t) {
     const float* xr = x + static_cast<size_t>(t) * n;
     float* yr = y + static_cast<size_t>(t) * n;
-    double ss = 0;
-    for (int i = 0; i < n; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+    // Eight partial sums (in double, as the reference) so the additions do not wait on each other: a
+    // single chain of n dependent adds made a decode step's norms ~1% of its time.
+    double part[8] = {};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+      for (int k = 0; k < 8; ++k) part[k] += static_cast<double>(xr[i + k]) * xr[i + k];
+    for (; i < n; ++i) part[0] += static_cast<double>(xr[i]) * xr[i];
+    const double ss = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
     const float scale = 1.0f / std::sqrt(static_cast<float>(ss / n) + eps);
     for (int i = 0; i < n; ++i) yr[i] = xr[i] * scale * weight[i];
   }
