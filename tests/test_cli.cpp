@@ -66,6 +66,19 @@ TEST(Cli, BenchReportsLlamaBenchRows) {
   }
   EXPECT_GT(rows[1]["bandwidth_gbs"].get<double>(), 0);
   EXPECT_GT(rows[1]["bandwidth_fraction"].get<double>(), 0);
+  EXPECT_EQ(rows[1]["bandwidth_fraction_samples"].size(), 2u);  // one per repetition
+  // Depths decoded in turn: one row per depth, each with its own samples.
+  ASSERT_EQ(test::run_command(kestrel_cmd("bench -m " + model + " -p 0 -n 4 -d 0,24 -r 2 -t 2 --no-bandwidth "
+                                          "--interleave-depths -o json 2>/dev/null"), out), 0);
+  const auto depth_rows = nlohmann::json::parse(out, nullptr, false);
+  ASSERT_TRUE(depth_rows.is_array()) << out;
+  ASSERT_EQ(depth_rows.size(), 2u);
+  EXPECT_EQ(depth_rows[0]["test"], "tg4");
+  EXPECT_EQ(depth_rows[1]["test"], "tg4@d24");
+  for (const auto& r : depth_rows) {
+    EXPECT_EQ(r["samples_ts"].size(), 2u);
+    EXPECT_GT(r["avg_ts"].get<double>(), 0);
+  }
   EXPECT_NE(test::run_command(kestrel_cmd("bench -p 16 2>&1"), out), 0);  // no model
   EXPECT_NE(out.find("--model"), std::string::npos) << out;
   std::filesystem::remove(model);
