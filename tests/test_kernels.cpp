@@ -259,8 +259,43 @@ TEST(Kernels, MatmulSwigluMatchesProjectionsThenActivation) {
       ops::matmul(pool, gate, x.data(), want.data(), n_tok);
       ops::matmul(pool, up, x.data(), want_up.data(), n_tok);
       silu_mul_reference(want.data(), want_up.data(), want.size());
-      ops::matmul_swiglu(pool, gate, up, x.data(), got.data(), got_up.data(), n_tok);
+      ops::matmul_swiglu(pool, gate, up, ops::MatmulInput{x.data()}, got.data(), got_up.data(), n_tok);
       for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 2e-6f * (1 + std::fabs(want[i]))) << i;
+    }
+  }
+}
+
+// A normalised input (MatmulInput with a norm weight) gives exactly RMSNorm then the plain projection: the
+// packed passes fold the norm into quantizing the input (in the pass for a few tokens, up front for many),
+// the other paths normalise into a buffer first.
+TEST(Kernels, NormalisedMatmulInputEqualsRmsnormThenMatmul) {
+  ThreadPool pool(2);
+  const size_t n_in = 256, n_out = 64;
+  const auto norm_weight = random_vector(n_in, 93);
+  for (DType type : {DType::Q4_K, DType::Q8_0, DType::F16, DType::F32}) {
+    const auto bytes_a = quantized(type, random_vector(n_in * n_out, 94, 0.05f), n_in);
+    const auto bytes_b = quantized(type, random_vector(n_in * n_out, 95, 0.05f), n_in);
+    WeightMatrix a{type, static_cast<int64_t>(n_in), static_cast<int64_t>(n_out), bytes_a.data(), row_bytes(type, n_in)};
+    WeightMatrix b{type, static_cast<int64_t>(n_in), static_cast<int64_t>(n_out), bytes_b.data(), row_bytes(type, n_in)};
+    const auto packed_a = PackedMatrix::pack(a), packed_b = PackedMatrix::pack(b);
+    if (packed_a) a.packed = &*packed_a, b.packed = &*packed_b;
+    for (int n_tok : {1, 3, 12}) {
+      SCOPED_TRACE(std::string(dtype_name(type)) + " n_tok=" + std::to_string(n_tok));
+      const auto x = random_vector(n_in * n_tok, 96, 3.0f);
+      std::vector<float> h(x.size());
+      ops::rmsnorm(x.data(), norm_weight.data(), h.data(), n_tok, static_cast<int>(n_in), 1e-5f);
+      const ops::MatmulInput normed{x.data(), norm_weight.data(), 1e-5f};
+      std::vector<float> want_a(n_out * n_tok), want_b(want_a.size()), got_a(want_a.size()), got_b(want_a.size());
+      ops::matmul(pool, a, h.data(), want_a.data(), n_tok);
+      ops::matmul(pool, b, h.data(), want_b.data(), n_tok);
+      const WeightMatrix ws[] = {a, b};
+      float* const ys[] = {got_a.data(), got_b.data()};
+      ops::matmul_many(pool, ws, normed, ys, n_tok);
+      EXPECT_EQ(got_a, want_a);
+      EXPECT_EQ(got_b, want_b);
+      ops::matmul_swiglu(pool, a, b, normed, got_a.data(), got_b.data(), n_tok);
+      silu_mul_reference(want_a.data(), want_b.data(), want_a.size());
+      for (size_t i = 0; i < want_a.size(); ++i) ASSERT_NEAR(got_a[i], want_a[i], 2e-6f * (1 + std::fabs(want_a[i]))) << i;
     }
   }
 }

@@ -98,17 +98,26 @@ struct AttentionRows {
 
 namespace ops {
 
+// The input rows of a projection: x [n_tok, n_in], RMS-normalised with norm_weight [n_in] first when it is
+// set (x / rms(x) * norm_weight, as rmsnorm). Packed GEMMs fold the norm into quantizing the input, so a
+// block's normalised input is never written out or read back.
+struct MatmulInput {
+  const float* x = nullptr;
+  const float* norm_weight = nullptr;
+  float norm_eps = 0.0f;
+};
+
 // y[n_tok, w.n_out] = x[n_tok, w.n_in] . W^T
 void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, float* y, int n_tok);
-// ys[i][n_tok, ws[i].n_out] = x[n_tok, n_in] . Ws[i]^T for matrices sharing one input (q/k/v, gate/up):
+// ys[i][n_tok, ws[i].n_out] = in[n_tok, n_in] . Ws[i]^T for matrices sharing one input (q/k/v, gate/up):
 // the input is quantized once and all matrices run in one parallel pass.
-void matmul_many(ThreadPool& pool, std::span<const WeightMatrix> ws, const float* x, std::span<float* const> ys,
+void matmul_many(ThreadPool& pool, std::span<const WeightMatrix> ws, const MatmulInput& in, std::span<float* const> ys,
                  int n_tok);
-// SwiGLU's projections: gate_out[n_tok, n_ff] = silu(x . G^T) * (x . U^T), with up_out [n_tok, n_ff] as
+// SwiGLU's projections: gate_out[n_tok, n_ff] = silu(in . G^T) * (in . U^T), with up_out [n_tok, n_ff] as
 // scratch. For packed weights one parallel pass computes both and applies the activation row group by row
 // group; otherwise matmul_many then silu_mul.
-void matmul_swiglu(ThreadPool& pool, const WeightMatrix& gate, const WeightMatrix& up, const float* x, float* gate_out,
-                   float* up_out, int n_tok);
+void matmul_swiglu(ThreadPool& pool, const WeightMatrix& gate, const WeightMatrix& up, const MatmulInput& in,
+                   float* gate_out, float* up_out, int n_tok);
 
 // y[n_tok, n] = x / rms(x) * weight[n]; y may alias x. The pool version splits the rows across threads.
 void rmsnorm(const float* x, const float* weight, float* y, int n_tok, int n, float eps);

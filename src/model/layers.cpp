@@ -11,8 +11,8 @@ const float* floats(const TensorView* t) { return t ? reinterpret_cast<const flo
 }  // namespace
 
 void attention(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const ArchTraits& arch, const LayerWeights& L,
-               const ops::RopeTable& rope, const ForwardBatch& batch, const KvLayerView& kv, const float* h,
-               float* out, ForwardWorkspace& ws) {
+               const ops::RopeTable& rope, const ForwardBatch& batch, const KvLayerView& kv,
+               const ops::MatmulInput& in, float* out, ForwardWorkspace& ws) {
   const int n_tok = batch.n_tokens();
   const int hd = hp.head_dim, Dq = hp.n_heads * hd, Dkv = hp.n_kv_heads * hd;
   using Buffer = ForwardWorkspace::Buffer;
@@ -23,7 +23,7 @@ void attention(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, con
   float* attn = ws.get(Buffer::AttnOut, rows_q);  // [n_tok, n_heads, head_dim]
   const WeightMatrix qkv[] = {pw.matrix(*L.wq), pw.matrix(*L.wk), pw.matrix(*L.wv)};
   float* const qkv_out[] = {q, k, v};
-  ops::matmul_many(pool, qkv, h, qkv_out, n_tok);
+  ops::matmul_many(pool, qkv, in, qkv_out, n_tok);
   if (L.bq) {
     ops::add_bias(q, floats(L.bq), n_tok, Dq);
     ops::add_bias(k, floats(L.bk), n_tok, Dkv);
@@ -107,11 +107,11 @@ void attention_mla(ThreadPool& pool, const PackedWeights& pw, const HParams& hp,
 }
 
 void ffn_dense(ThreadPool& pool, const WeightMatrix& gate, const WeightMatrix& up, const WeightMatrix& down,
-               const float* h, float* out, int n_tok, ForwardWorkspace& ws) {
+               const ops::MatmulInput& in, float* out, int n_tok, ForwardWorkspace& ws) {
   const size_t n = static_cast<size_t>(n_tok) * static_cast<size_t>(gate.n_out);
   float* g = ws.get(ForwardWorkspace::Buffer::Gate, n);  // [n_tok, n_ff]
   float* u = ws.get(ForwardWorkspace::Buffer::Up, n);    // [n_tok, n_ff]
-  ops::matmul_swiglu(pool, gate, up, h, g, u, n_tok);
+  ops::matmul_swiglu(pool, gate, up, in, g, u, n_tok);
   ops::matmul(pool, down, g, out, n_tok);
 }
 
@@ -139,7 +139,7 @@ void ffn_moe(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const
   }
   if (L.ffn_gate_shexp)
     ffn_dense(pool, pw.matrix(*L.ffn_gate_shexp), pw.matrix(*L.ffn_up_shexp),
-              pw.matrix(*L.ffn_down_shexp), h, out, n_tok, ws);
+              pw.matrix(*L.ffn_down_shexp), ops::MatmulInput{h}, out, n_tok, ws);
   else
     std::fill(out, out + static_cast<size_t>(n_tok) * E, 0.f);
   std::vector<float> xs, ys;  // [n_routed, n_embd] gathered inputs and expert outputs
@@ -152,7 +152,7 @@ void ffn_moe(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const
     for (int i = 0; i < n; ++i)
       std::copy_n(h + static_cast<size_t>(tokens[i].first) * E, E, xs.data() + static_cast<size_t>(i) * E);
     ffn_dense(pool, pw.matrix(*L.ffn_gate_exps, e), pw.matrix(*L.ffn_up_exps, e),
-              pw.matrix(*L.ffn_down_exps, e), xs.data(), ys.data(), n, ws);
+              pw.matrix(*L.ffn_down_exps, e), ops::MatmulInput{xs.data()}, ys.data(), n, ws);
     for (int i = 0; i < n; ++i) {
       float* o = out + static_cast<size_t>(tokens[i].first) * E;
       const float* y = ys.data() + static_cast<size_t>(i) * E;

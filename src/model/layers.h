@@ -12,10 +12,11 @@
 namespace kestrel::layers {
 
 // Self-attention with GQA, optional q/k/v bias and per-head q/k norm, RoPE, paged KV.
-// h: [n_tok, n_embd] (normalised input) -> out: [n_tok, n_embd]. Scratch: ws's Q, K, V and AttnOut buffers.
+// in: [n_tok, n_embd] rows with the block's norm (applied as the q/k/v projections quantize them)
+// -> out: [n_tok, n_embd]. Scratch: ws's Q, K, V and AttnOut buffers.
 void attention(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const ArchTraits& arch, const LayerWeights& L,
-               const ops::RopeTable& rope, const ForwardBatch& batch, const KvLayerView& kv, const float* h,
-               float* out, ForwardWorkspace& ws);
+               const ops::RopeTable& rope, const ForwardBatch& batch, const KvLayerView& kv,
+               const ops::MatmulInput& in, float* out, ForwardWorkspace& ws);
 
 // Multi-head latent attention (DeepSeek-V2), computed in latent space: each head's q_nope is absorbed by
 // k_b into a kv_lora_rank-wide query, so attention runs over the cached [latent | rope key] rows directly
@@ -25,10 +26,10 @@ void attention_mla(ThreadPool& pool, const PackedWeights& pw, const HParams& hp,
                    const ops::RopeTable& rope, const ForwardBatch& batch, const KvLayerView& kv, const float* h,
                    float* out);
 
-// SwiGLU feed-forward: out = down(silu(gate(h)) * up(h)). h: [n_tok, n_embd] -> out: [n_tok, n_embd].
-// Scratch: ws's Gate and Up buffers.
+// SwiGLU feed-forward: out = down(silu(gate(h)) * up(h)), h = in's rows after its norm (if any).
+// in: [n_tok, n_embd] -> out: [n_tok, n_embd]. Scratch: ws's Gate and Up buffers.
 void ffn_dense(ThreadPool& pool, const WeightMatrix& gate, const WeightMatrix& up, const WeightMatrix& down,
-               const float* h, float* out, int n_tok, ForwardWorkspace& ws);
+               const ops::MatmulInput& in, float* out, int n_tok, ForwardWorkspace& ws);
 
 // Mixture of experts: softmax (or sigmoid) router over n_expert, top-k per token, optionally renormalised
 // and scaled; each chosen expert runs once over all the tokens routed to it; shared experts, when present,

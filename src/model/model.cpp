@@ -122,18 +122,24 @@ void Model::forward(ThreadPool& pool, const ForwardBatch& batch, KvStorage& kv, 
                                               freq_factors ? reinterpret_cast<const float*>(freq_factors->data) : nullptr);
   for (int il = 0; il < hp.n_layers; ++il) {
     const LayerWeights& L = weights_.layers[static_cast<size_t>(il)];
-    ops::rmsnorm(pool, x, reinterpret_cast<const float*>(L.attn_norm->data), h, n_tok, E, hp.rms_eps);
-    if (arch_->latent_attention)
+    // Dense attention and FFN blocks normalise their input as their first projections quantize it; latent
+    // attention and MoE read the normalised rows in several places, so they get them written out in h.
+    const ops::MatmulInput attn_in{x, reinterpret_cast<const float*>(L.attn_norm->data), hp.rms_eps};
+    if (arch_->latent_attention) {
+      ops::rmsnorm(pool, x, attn_in.norm_weight, h, n_tok, E, hp.rms_eps);
       layers::attention_mla(pool, packed_, hp, *arch_, L, rope, batch, kv.layer(il), h, y);
-    else
-      layers::attention(pool, packed_, hp, *arch_, L, rope, batch, kv.layer(il), h, y, ws);
+    } else {
+      layers::attention(pool, packed_, hp, *arch_, L, rope, batch, kv.layer(il), attn_in, y, ws);
+    }
     ops::add(x, y, n_act);
-    ops::rmsnorm(pool, x, reinterpret_cast<const float*>(L.ffn_norm->data), h, n_tok, E, hp.rms_eps);
-    if (L.ffn_router)
+    const ops::MatmulInput ffn_in{x, reinterpret_cast<const float*>(L.ffn_norm->data), hp.rms_eps};
+    if (L.ffn_router) {
+      ops::rmsnorm(pool, x, ffn_in.norm_weight, h, n_tok, E, hp.rms_eps);
       layers::ffn_moe(pool, packed_, hp, L, h, y, n_tok, ws);
-    else
-      layers::ffn_dense(pool, packed_.matrix(*L.ffn_gate), packed_.matrix(*L.ffn_up), packed_.matrix(*L.ffn_down), h, y,
-                        n_tok, ws);
+    } else {
+      layers::ffn_dense(pool, packed_.matrix(*L.ffn_gate), packed_.matrix(*L.ffn_up), packed_.matrix(*L.ffn_down),
+                        ffn_in, y, n_tok, ws);
+    }
     ops::add(x, y, n_act);
   }
 

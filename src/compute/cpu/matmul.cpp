@@ -23,25 +23,37 @@ bool packed_q8(const WeightMatrix& w) { return w.packed && w.packed->layout != P
 // to one group, so a thread whose core is also busy does less of the GEMM and both finish together.
 constexpr size_t kMinGroupsPerTake = 1;
 
-// xq[n_tok, n_in / 32] <- x[n_tok, n_in], one token per task.
-std::vector<BlockQ8A> quantize_rows(ThreadPool& pool, const float* x, size_t n_in, int n_tok) {
+// xq[n_in / 32] <- one input row, RMS-normalised first when in.norm_weight is set (scratch: [n_in] floats).
+void quantize_input_row(const MatmulInput& in, size_t t, size_t n_in, BlockQ8A* xq, std::vector<float>& scratch) {
+  const float* row = in.x + t * n_in;
+  if (in.norm_weight) {
+    scratch.resize(n_in);
+    rmsnorm(row, in.norm_weight, scratch.data(), 1, static_cast<int>(n_in), in.norm_eps);
+    row = scratch.data();
+  }
+  quantize_q8a_kernel(detected_isa())(row, xq, n_in);
+}
+
+// xq[n_tok, n_in / 32] <- in[n_tok, n_in], one token per task.
+std::vector<BlockQ8A> quantize_rows(ThreadPool& pool, const MatmulInput& in, size_t n_in, int n_tok) {
   const size_t nb = n_in / 32;
-  const QuantizeQ8AFn quantize = quantize_q8a_kernel(detected_isa());
   std::vector<BlockQ8A> xq(static_cast<size_t>(n_tok) * nb);
   pool.parallel_for(static_cast<size_t>(n_tok), 1, [&](size_t begin, size_t end, int) {
-    for (size_t t = begin; t < end; ++t) quantize(x + t * n_in, xq.data() + t * nb, n_in);
+    std::vector<float> scratch;  // [n_in] the normalised row
+    for (size_t t = begin; t < end; ++t) quantize_input_row(in, t, n_in, xq.data() + t * nb, scratch);
   });
   return xq;
 }
 
 // The 8-bit input blocks [n_tok, n_in / 32] the threads of one packed pass read. For many tokens they are
-// quantized once up front; for a few (decode) each thread quantizes the input itself on its first chunk,
-// which costs less than a separate parallel pass whose single task would leave the other threads waiting.
+// quantized once up front; for a few (decode) each thread normalises and quantizes the input itself on
+// its first chunk, which costs less than a separate parallel pass whose single task would leave the other
+// threads waiting.
 class PassInput {
  public:
-  PassInput(ThreadPool& pool, const float* x, size_t n_in, int n_tok)
-      : x_(x), n_in_(n_in), n_tok_(n_tok), in_pass_(n_tok <= kQuantizeInPassTokens),
-        shared_(in_pass_ ? std::vector<BlockQ8A>() : quantize_rows(pool, x, n_in, n_tok)),
+  PassInput(ThreadPool& pool, const MatmulInput& in, size_t n_in, int n_tok)
+      : in_(in), n_in_(n_in), n_tok_(n_tok), in_pass_(n_tok <= kQuantizeInPassTokens),
+        shared_(in_pass_ ? std::vector<BlockQ8A>() : quantize_rows(pool, in, n_in, n_tok)),
         own_(in_pass_ ? pool.n_threads() : 0) {}
 
   // Called by thread `thread` inside the pass.
@@ -50,15 +62,15 @@ class PassInput {
     std::vector<BlockQ8A>& own = own_[static_cast<size_t>(thread)];
     if (own.empty()) {
       const size_t nb = n_in_ / 32;
-      const QuantizeQ8AFn quantize = quantize_q8a_kernel(detected_isa());
       own.resize(static_cast<size_t>(n_tok_) * nb);
-      for (size_t t = 0; t < static_cast<size_t>(n_tok_); ++t) quantize(x_ + t * n_in_, own.data() + t * nb, n_in_);
+      std::vector<float> scratch;  // [n_in] the normalised row
+      for (size_t t = 0; t < static_cast<size_t>(n_tok_); ++t) quantize_input_row(in_, t, n_in_, own.data() + t * nb, scratch);
     }
     return own.data();
   }
 
  private:
-  const float* x_;
+  MatmulInput in_;
   size_t n_in_;
   int n_tok_;
   bool in_pass_;
@@ -74,9 +86,9 @@ void packed_groups(const PackedMatrix& p, const BlockQ8A* xq, int n_tok, float* 
 
 // Packed integer GEMM for matrices sharing one input: the input is quantized once, and one parallel pass
 // walks the row groups of all matrices, so the threads meet once instead of once per matrix.
-void packed_q8_gemm(ThreadPool& pool, std::span<const WeightMatrix> ws, const float* x, std::span<float* const> ys,
-                    int n_tok) {
-  PassInput input(pool, x, static_cast<size_t>(ws[0].n_in), n_tok);
+void packed_q8_gemm(ThreadPool& pool, std::span<const WeightMatrix> ws, const MatmulInput& in,
+                    std::span<float* const> ys, int n_tok) {
+  PassInput input(pool, in, static_cast<size_t>(ws[0].n_in), n_tok);
   std::vector<size_t> first_group(ws.size() + 1, 0);  // [n_matrices + 1] prefix sums of group counts
   for (size_t i = 0; i < ws.size(); ++i) first_group[i + 1] = first_group[i] + static_cast<size_t>(ws[i].packed->n_groups());
   pool.parallel_for_dynamic(first_group.back(), kMinGroupsPerTake, [&](size_t begin, size_t end, int thread) {
@@ -88,28 +100,39 @@ void packed_q8_gemm(ThreadPool& pool, std::span<const WeightMatrix> ws, const fl
   });
 }
 
+// in's rows as plain floats: x itself, or its normalised copy in `normed` [n_tok, n_in].
+const float* plain_input(ThreadPool& pool, const MatmulInput& in, size_t n_in, int n_tok, std::vector<float>& normed) {
+  if (!in.norm_weight) return in.x;
+  normed.resize(static_cast<size_t>(n_tok) * n_in);
+  rmsnorm(pool, in.x, in.norm_weight, normed.data(), n_tok, static_cast<int>(n_in), in.norm_eps);
+  return normed.data();
+}
+
 }  // namespace
 
-void matmul_many(ThreadPool& pool, std::span<const WeightMatrix> ws, const float* x, std::span<float* const> ys,
+void matmul_many(ThreadPool& pool, std::span<const WeightMatrix> ws, const MatmulInput& in, std::span<float* const> ys,
                  int n_tok) {
   bool fused = !ws.empty();
   for (const WeightMatrix& w : ws) fused = fused && packed_q8(w) && w.n_in == ws[0].n_in;
-  if (fused) return packed_q8_gemm(pool, ws, x, ys, n_tok);
+  if (fused) return packed_q8_gemm(pool, ws, in, ys, n_tok);
+  if (ws.empty()) return;
+  std::vector<float> normed;  // [n_tok, n_in] when in is normalised
+  const float* x = plain_input(pool, in, static_cast<size_t>(ws[0].n_in), n_tok, normed);
   for (size_t i = 0; i < ws.size(); ++i) matmul(pool, ws[i], x, ys[i], n_tok);
 }
 
-void matmul_swiglu(ThreadPool& pool, const WeightMatrix& gate, const WeightMatrix& up, const float* x, float* gate_out,
-                   float* up_out, int n_tok) {
+void matmul_swiglu(ThreadPool& pool, const WeightMatrix& gate, const WeightMatrix& up, const MatmulInput& in,
+                   float* gate_out, float* up_out, int n_tok) {
   const size_t n_ff = static_cast<size_t>(gate.n_out);
   if (!(packed_q8(gate) && packed_q8(up) && up.n_out == gate.n_out && up.n_in == gate.n_in)) {
     const WeightMatrix ws[] = {gate, up};
     float* const ys[] = {gate_out, up_out};
-    matmul_many(pool, ws, x, ys, n_tok);
+    matmul_many(pool, ws, in, ys, n_tok);
     return silu_mul(pool, gate_out, up_out, static_cast<size_t>(n_tok) * n_ff);
   }
   // One pass over pairs of row groups: a thread computes gate and up rows of the same groups, then applies
   // the activation to them while they are in cache, so no separate elementwise pass (and barrier) follows.
-  PassInput input(pool, x, static_cast<size_t>(gate.n_in), n_tok);
+  PassInput input(pool, in, static_cast<size_t>(gate.n_in), n_tok);
   const SiluMulFn silu_mul_rows = silu_mul_kernel(detected_isa());
   const size_t rows = PackedMatrix::kRows;
   pool.parallel_for_dynamic(static_cast<size_t>(gate.packed->n_groups()), kMinGroupsPerTake,
@@ -142,13 +165,13 @@ void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, float* y, i
   }
   if (packed_q8(w)) {
     float* const outputs[1] = {y};
-    return packed_q8_gemm(pool, std::span<const WeightMatrix>(&w, 1), x, outputs, n_tok);
+    return packed_q8_gemm(pool, std::span<const WeightMatrix>(&w, 1), MatmulInput{x}, outputs, n_tok);
   }
   if (const DotQ8Fn dot_q8 = dot_q8_kernel(w.type)) {
     // Quantized weights: activations to 8-bit blocks once, then integer dots. Rows are walked in tiles
     // and tokens in groups of kDotQ8MaxTokens, so each weight row is decoded once per token group.
     const size_t nb = n_in / 32;
-    const std::vector<BlockQ8A> xq = quantize_rows(pool, x, n_in, n_tok);  // [n_tok, n_in / 32]
+    const std::vector<BlockQ8A> xq = quantize_rows(pool, MatmulInput{x}, n_in, n_tok);  // [n_tok, n_in / 32]
     pool.parallel_for(n_out, kRowTile, [&](size_t begin, size_t end, int) {
       for (size_t r0 = begin; r0 < end; r0 += kRowTile) {
         const size_t r1 = std::min<size_t>(end, r0 + kRowTile);
