@@ -1,5 +1,6 @@
 // Every fast kernel against its scalar reference, on seeded random inputs, on every ISA level this CPU
 // runs; and the reference quantizers against the formats' error bounds.
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -297,6 +298,30 @@ TEST(Kernels, NormalisedMatmulInputEqualsRmsnormThenMatmul) {
       silu_mul_reference(want_a.data(), want_b.data(), want_a.size());
       for (size_t i = 0; i < want_a.size(); ++i) ASSERT_NEAR(got_a[i], want_a[i], 2e-6f * (1 + std::fabs(want_a[i]))) << i;
     }
+  }
+}
+
+// RoPE applied while K is written into the cache equals rotating K first and storing it (both styles).
+TEST(Kernels, KvStoreWithRopeEqualsRopeThenStore) {
+  const int n_kv = 2, hd = 32, bs = 16, n_blocks = 2, n_tok = 3;
+  const std::vector<int32_t> positions = {0, 7, 20};
+  const std::vector<int32_t> table = {1, 0};
+  const int32_t* tables[n_tok] = {table.data(), table.data(), table.data()};
+  const AttentionRows rows{positions, tables};
+  const auto k = random_vector(static_cast<size_t>(n_tok) * n_kv * hd, 97), v = random_vector(k.size(), 98);
+  const ops::RopeTable rope = ops::rope_table(positions, hd, 10000.0f);
+  for (RopeStyle style : {RopeStyle::Interleaved, RopeStyle::NeoX}) {
+    std::vector<float> fused_k(static_cast<size_t>(n_blocks) * n_kv * bs * hd), fused_v(fused_k.size());
+    std::vector<float> plain_k(fused_k.size()), plain_v(fused_k.size());
+    const KvLayerView fused{fused_k.data(), fused_v.data(), KvType::F32, true, bs, n_kv, hd, hd, hd, n_blocks};
+    const KvLayerView plain{plain_k.data(), plain_v.data(), KvType::F32, true, bs, n_kv, hd, hd, hd, n_blocks};
+    ops::kv_store(fused, rows, k.data(), v.data(), n_tok, &rope, style);
+    std::vector<float> rotated = k;
+    ops::rope(rotated.data(), rope, n_kv, hd, style);
+    ops::kv_store(plain, rows, rotated.data(), v.data(), n_tok);
+    EXPECT_EQ(fused_k, plain_k);
+    EXPECT_EQ(fused_v, plain_v);
+    EXPECT_EQ(std::count_if(fused_k.begin(), fused_k.end(), [](float x) { return x != 0.0f; }), n_tok * n_kv * hd);
   }
 }
 

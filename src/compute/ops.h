@@ -145,7 +145,9 @@ void softmax(float* x, int n);
 
 // Writes the K/V rows of n_tok tokens into their slots. k: [n_tok, n_kv_heads, k_dim],
 // v: [n_tok, n_kv_heads, v_dim] (ignored, may be null, when V lives inside K).
-void kv_store(const KvLayerView& kv, const AttentionRows& rows, const float* k, const float* v, int n_tok);
+// With k_rope, each K row is rotated (RoPE, `style`) as it is written, so k itself stays unrotated.
+void kv_store(const KvLayerView& kv, const AttentionRows& rows, const float* k, const float* v, int n_tok,
+              const RopeTable* k_rope = nullptr, RopeStyle style = RopeStyle::Interleaved);
 
 // Causal attention over the paged cache with an online softmax, one key block at a time; the score
 // matrix is never materialised. q: [n_tok, n_heads, k_dim], out: [n_tok, n_heads, v_dim].

@@ -34,9 +34,8 @@ void attention(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, con
     ops::rmsnorm(k, floats(L.k_norm), k, n_tok * hp.n_kv_heads, hd, hp.rms_eps);
   }
   ops::rope(q, rope, hp.n_heads, hd, arch.rope_style);
-  ops::rope(k, rope, hp.n_kv_heads, hd, arch.rope_style);
   const AttentionRows rows{batch.positions, batch.block_tables};
-  ops::kv_store(kv, rows, k, v, n_tok);
+  ops::kv_store(kv, rows, k, v, n_tok, &rope, arch.rope_style);  // K rotated as it is written
   ops::attention_paged(pool, q, kv, rows, attn, n_tok, hp.n_heads, 1.0f / std::sqrt(float(hd)));
   ops::matmul(pool, pw.matrix(*L.wo), attn, out, n_tok);
 }

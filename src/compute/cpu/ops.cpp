@@ -79,22 +79,28 @@ RopeTable rope_table(std::span<const int32_t> positions, int n_rot, float freq_b
   return table;
 }
 
+namespace {
+// Rotates one head's first 2 * half dims by token t's angles.
+void rope_head(float* head, const RopeTable& table, size_t t, RopeStyle style) {
+  const size_t half = static_cast<size_t>(table.n_rot / 2);
+  const float* cos = table.cos.data() + t * half;
+  const float* sin = table.sin.data() + t * half;
+  for (size_t i = 0; i < half; ++i) {
+    const size_t a = style == RopeStyle::Interleaved ? 2 * i : i;
+    const size_t b = style == RopeStyle::Interleaved ? 2 * i + 1 : i + half;
+    const float x0 = head[a], x1 = head[b];
+    head[a] = x0 * cos[i] - x1 * sin[i];
+    head[b] = x0 * sin[i] + x1 * cos[i];
+  }
+}
+}  // namespace
+
 void rope(float* x, const RopeTable& table, int n_heads, int head_dim, RopeStyle style) {
   const size_t half = static_cast<size_t>(table.n_rot / 2), n_tok = half ? table.cos.size() / half : 0;
-  for (size_t t = 0; t < n_tok; ++t) {
-    const float* cos = table.cos.data() + t * half;
-    const float* sin = table.sin.data() + t * half;
-    for (int h = 0; h < n_heads; ++h) {
-      float* head = x + (t * static_cast<size_t>(n_heads) + static_cast<size_t>(h)) * static_cast<size_t>(head_dim);
-      for (size_t i = 0; i < half; ++i) {
-        const size_t a = style == RopeStyle::Interleaved ? 2 * i : i;
-        const size_t b = style == RopeStyle::Interleaved ? 2 * i + 1 : i + half;
-        const float x0 = head[a], x1 = head[b];
-        head[a] = x0 * cos[i] - x1 * sin[i];
-        head[b] = x0 * sin[i] + x1 * cos[i];
-      }
-    }
-  }
+  for (size_t t = 0; t < n_tok; ++t)
+    for (int h = 0; h < n_heads; ++h)
+      rope_head(x + (t * static_cast<size_t>(n_heads) + static_cast<size_t>(h)) * static_cast<size_t>(head_dim), table, t,
+                style);
 }
 
 void add_bias(float* x, const float* b, int n_tok, int n) {
@@ -119,14 +125,22 @@ void softmax(float* x, int n) {
   for (int i = 0; i < n; ++i) x[i] /= sum;
 }
 
-void kv_store(const KvLayerView& kv, const AttentionRows& rows, const float* k, const float* v, int n_tok) {
+void kv_store(const KvLayerView& kv, const AttentionRows& rows, const float* k, const float* v, int n_tok,
+              const RopeTable* k_rope, RopeStyle style) {
+  std::vector<float> rotated(k_rope ? static_cast<size_t>(kv.k_dim) : 0);  // [k_dim] one K row after RoPE
   for (int t = 0; t < n_tok; ++t) {
     const int32_t pos = rows.positions[t];
     const int32_t block = rows.block_tables[t][pos / kv.block_size];
     const int offset = pos % kv.block_size;
     for (int h = 0; h < kv.n_kv_heads; ++h) {
       const size_t row = static_cast<size_t>(t) * kv.n_kv_heads + h;
-      for (int d = 0; d < kv.k_dim; ++d) kv.set_k(block, h, offset, d, k[row * kv.k_dim + d]);
+      const float* k_row = k + row * kv.k_dim;
+      if (k_rope) {
+        std::copy_n(k_row, kv.k_dim, rotated.data());
+        rope_head(rotated.data(), *k_rope, static_cast<size_t>(t), style);
+        k_row = rotated.data();
+      }
+      for (int d = 0; d < kv.k_dim; ++d) kv.set_k(block, h, offset, d, k_row[d]);
       if (!kv.v_in_k())
         for (int d = 0; d < kv.v_dim; ++d) kv.set_v(block, h, offset, d, v[row * kv.v_dim + d]);
     }
