@@ -113,52 +113,60 @@ void BM_ThreadPoolBarrier(benchmark::State& state) {
 }
 BENCHMARK(BM_ThreadPoolBarrier)->Arg(1)->Arg(2)->UseRealTime();
 
-// Decode attention of one token over n_keys cached tokens, TinyLlama's geometry (32 query heads, 4 KV
-// heads, head width 64), pages of range(1) tokens, one thread, for each KV page type.
-void BM_AttentionDecode(benchmark::State& state, kestrel::KvType type) {
-  const int n_kv = 4, hd = 64, n_heads = 32, n_keys = static_cast<int>(state.range(0));
-  const int bs = static_cast<int>(state.range(1));
-  const int n_blocks = n_keys / bs;
-  const size_t elem = type == kestrel::KvType::F32 ? 4 : 2;
-  std::vector<uint8_t> k(static_cast<size_t>(n_blocks) * n_kv * bs * hd * elem, 0x11), v(k.size(), 0x11);
-  std::vector<int32_t> table(static_cast<size_t>(n_blocks));
-  for (int i = 0; i < n_blocks; ++i) table[static_cast<size_t>(i)] = i;
-  std::vector<float> q(static_cast<size_t>(n_heads) * hd, 0.01f), out(q.size());
-  const int32_t pos = n_keys - 1;
-  const int32_t* tables[1] = {table.data()};
-  const kestrel::AttentionRows rows{std::span<const int32_t>(&pos, 1), std::span<const int32_t* const>(tables, 1)};
-  const kestrel::KvLayerView kv{k.data(), v.data(), type, true, bs, n_kv, hd, hd, hd, n_blocks};
-  kestrel::ThreadPool pool(1);
-  for (auto _ : state) {
-    kestrel::ops::attention_paged(pool, q.data(), kv, rows, out.data(), 1, n_heads, 0.125f);
+// One decoding token at the end of n_keys cached tokens whose pages are blocks 0, 1, 2, ... in order,
+// with TinyLlama's attention geometry (32 query heads, 4 KV heads, head width 64). Not movable: rows()
+// points into it.
+struct DecodeToken {
+  static constexpr int kKvHeads = 4, kHeadDim = 64, kHeads = 32;
+  DecodeToken(int n_keys, int block_size)
+      : table(static_cast<size_t>(n_keys / block_size)), q(static_cast<size_t>(kHeads) * kHeadDim, 0.01f),
+        out(q.size()), pos(n_keys - 1) {
+    for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>(i);
+    tables[0] = table.data();
+  }
+  DecodeToken(const DecodeToken&) = delete;
+  kestrel::AttentionRows rows() const {
+    return {std::span<const int32_t>(&pos, 1), std::span<const int32_t* const>(tables, 1)};
+  }
+  void attend(kestrel::ThreadPool& pool, const kestrel::KvLayerView& kv) {
+    kestrel::ops::attention_paged(pool, q.data(), kv, rows(), out.data(), 1, kHeads, 0.125f);
     benchmark::DoNotOptimize(out.data());
   }
+  std::vector<int32_t> table;  // [n_blocks] block ids in order
+  std::vector<float> q, out;   // [kHeads, kHeadDim]
+  int32_t pos;
+  const int32_t* tables[1];
+};
+
+// Decode attention of one token over range(0) cached tokens, pages of range(1) tokens, one thread, for
+// each KV page type.
+void BM_AttentionDecode(benchmark::State& state, kestrel::KvType type) {
+  const int n_keys = static_cast<int>(state.range(0)), bs = static_cast<int>(state.range(1)), n_blocks = n_keys / bs;
+  const int n_kv = DecodeToken::kKvHeads, hd = DecodeToken::kHeadDim;
+  const size_t elem = type == kestrel::KvType::F32 ? 4 : 2;
+  std::vector<uint8_t> k(static_cast<size_t>(n_blocks) * n_kv * bs * hd * elem, 0x11), v(k.size(), 0x11);
+  DecodeToken token(n_keys, bs);
+  const kestrel::KvLayerView kv{k.data(), v.data(), type, true, bs, n_kv, hd, hd, hd, n_blocks};
+  kestrel::ThreadPool pool(1);
+  for (auto _ : state) token.attend(pool, kv);
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * 2 * k.size()));
 }
 // The same decode attention over a whole model's KV: TinyLlama's 22 layers x range(0) cached tokens
 // (92 MB of F16 KV per token at 4096), so pages stream from memory as in a real step, with 2 threads.
 // Per iteration: one token's attention through every layer.
 void BM_AttentionDecodeLayers(benchmark::State& state, kestrel::KvType type) {
-  const int n_kv = 4, hd = 64, n_heads = 32, n_layers = 22, n_keys = static_cast<int>(state.range(0)), bs = 16;
-  const int n_blocks = n_keys / bs;
+  const int n_layers = 22, n_keys = static_cast<int>(state.range(0)), bs = 16, n_blocks = n_keys / bs;
+  const int n_kv = DecodeToken::kKvHeads, hd = DecodeToken::kHeadDim;
   const size_t layer_bytes = static_cast<size_t>(n_blocks) * n_kv * bs * hd * 2;  // K or V of one layer
   const std::shared_ptr<uint8_t[]> kv_bytes = kestrel::allocate_large_buffer(2 * layer_bytes * n_layers);
   std::fill_n(kv_bytes.get(), 2 * layer_bytes * n_layers, uint8_t{0x11});
-  std::vector<int32_t> table(static_cast<size_t>(n_blocks));
-  for (int i = 0; i < n_blocks; ++i) table[static_cast<size_t>(i)] = i;
-  std::vector<float> q(static_cast<size_t>(n_heads) * hd, 0.01f), out(q.size());
-  const int32_t pos = n_keys - 1;
-  const int32_t* tables[1] = {table.data()};
-  const kestrel::AttentionRows rows{std::span<const int32_t>(&pos, 1), std::span<const int32_t* const>(tables, 1)};
+  DecodeToken token(n_keys, bs);
   kestrel::ThreadPool pool(2);
-  for (auto _ : state) {
+  for (auto _ : state)
     for (int l = 0; l < n_layers; ++l) {
       uint8_t* k = kv_bytes.get() + 2 * layer_bytes * static_cast<size_t>(l);
-      const kestrel::KvLayerView kv{k, k + layer_bytes, type, true, bs, n_kv, hd, hd, hd, n_blocks};
-      kestrel::ops::attention_paged(pool, q.data(), kv, rows, out.data(), 1, n_heads, 0.125f);
+      token.attend(pool, kestrel::KvLayerView{k, k + layer_bytes, type, true, bs, n_kv, hd, hd, hd, n_blocks});
     }
-    benchmark::DoNotOptimize(out.data());
-  }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * 2 * layer_bytes * n_layers));
 }
 BENCHMARK_CAPTURE(BM_AttentionDecodeLayers, f16, kestrel::KvType::F16)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
