@@ -8,19 +8,14 @@
 
 namespace kestrel::test {
 
-struct StoriesModel {
-  std::unique_ptr<Model> model;
-  std::unique_ptr<Tokenizer> tokenizer;
-};
-
-// Loads it into `out`; records a test failure when ../shared has it but it does not load.
-inline void load_stories(const std::string& shared, StoriesModel& out) {
-  auto model = Model::load(shared + "/models/stories260K/stories260K.gguf");
-  ASSERT_TRUE(model.ok()) << model.error();
-  out.model = std::move(model).value();
-  auto tokenizer = Tokenizer::from_gguf(out.model->file());
-  ASSERT_TRUE(tokenizer.ok()) << tokenizer.error();
-  out.tokenizer = std::make_unique<Tokenizer>(std::move(tokenizer).value());
+// Loads it into model and tokenizer; records a test failure when ../shared has it but it does not load.
+inline void load_stories(const std::string& shared, std::unique_ptr<Model>& model, std::unique_ptr<Tokenizer>& tokenizer) {
+  auto loaded = Model::load(shared + "/models/stories260K/stories260K.gguf");
+  ASSERT_TRUE(loaded.ok()) << loaded.error();
+  model = std::move(loaded).value();
+  auto vocab = Tokenizer::from_gguf(model->file());
+  ASSERT_TRUE(vocab.ok()) << vocab.error();
+  tokenizer = std::make_unique<Tokenizer>(std::move(vocab).value());
 }
 
 }  // namespace kestrel::test

@@ -16,11 +16,8 @@ class EngineTest : public ::testing::Test {
   void SetUp() override {
     const std::string shared = test::shared_dir();
     if (shared.empty()) GTEST_SKIP() << "../shared not found (set KESTREL_SHARED); skipping";
-    test::StoriesModel stories;
-    test::load_stories(shared, stories);
+    test::load_stories(shared, model_, tokenizer_);
     if (HasFatalFailure()) return;
-    model_ = std::move(stories.model);
-    tokenizer_ = std::move(stories.tokenizer);
   }
 
   // 16 prompts of different lengths; some share long prefixes.

@@ -26,11 +26,8 @@ class ServerTest : public ::testing::Test {
   void start(size_t max_pending = 64, const std::string& api_key = "") {
     const std::string shared = test::shared_dir();
     if (shared.empty()) GTEST_SKIP() << "../shared not found (set KESTREL_SHARED); skipping";
-    test::StoriesModel stories;
-    test::load_stories(shared, stories);
+    test::load_stories(shared, model_, tokenizer_);
     if (HasFatalFailure()) return;
-    model_ = std::move(stories.model);
-    tokenizer_ = std::move(stories.tokenizer);
     auto tmpl = ChatTemplate::parse(test::read_file(shared + "/chat-templates/Qwen-Qwen2.5-7B-Instruct.jinja"));
     ASSERT_TRUE(tmpl.ok()) << tmpl.error();
     template_ = std::make_unique<ChatTemplate>(std::move(tmpl).value());
