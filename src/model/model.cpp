@@ -111,7 +111,6 @@ void Model::forward(ThreadPool& pool, const ForwardBatch& batch, KvStorage& kv, 
   const int n_tok = batch.n_tokens(), E = hp.n_embd;
   const size_t n_act = static_cast<size_t>(n_tok) * E;
   float* x = ws.get(Buffer::Residual, n_act);  // [n_tok, n_embd] residual stream
-  float* h = ws.get(Buffer::Normed, n_act);    // [n_tok, n_embd] normalised input of a block
   float* y = ws.get(Buffer::BlockOut, n_act);  // [n_tok, n_embd] block output
   const TensorView& embd = *weights_.token_embd;
   for (int t = 0; t < n_tok; ++t) dequantize_row(embd.type, embd.row(batch.tokens[t]), x + static_cast<size_t>(t) * E, E);
@@ -126,6 +125,7 @@ void Model::forward(ThreadPool& pool, const ForwardBatch& batch, KvStorage& kv, 
     // attention and MoE read the normalised rows in several places, so they get them written out in h.
     const ops::MatmulInput attn_in{x, reinterpret_cast<const float*>(L.attn_norm->data), hp.rms_eps};
     if (arch_->latent_attention) {
+      float* h = ws.get(Buffer::Normed, n_act);  // [n_tok, n_embd] normalised input of the block
       ops::rmsnorm(pool, x, attn_in.norm_weight, h, n_tok, E, hp.rms_eps);
       layers::attention_mla(pool, packed_, hp, *arch_, L, rope, batch, kv.layer(il), h, y);
     } else {
@@ -134,6 +134,7 @@ void Model::forward(ThreadPool& pool, const ForwardBatch& batch, KvStorage& kv, 
     ops::add(x, y, n_act);
     const ops::MatmulInput ffn_in{x, reinterpret_cast<const float*>(L.ffn_norm->data), hp.rms_eps};
     if (L.ffn_router) {
+      float* h = ws.get(Buffer::Normed, n_act);  // [n_tok, n_embd] normalised input of the block
       ops::rmsnorm(pool, x, ffn_in.norm_weight, h, n_tok, E, hp.rms_eps);
       layers::ffn_moe(pool, packed_, hp, L, h, y, n_tok, ws);
     } else {
