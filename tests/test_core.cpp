@@ -1,5 +1,7 @@
 // Block pool bookkeeping and the thread pool.
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <numeric>
 
 #include "core/thread_pool.h"
@@ -64,6 +66,31 @@ TEST(ThreadPool, CoversRangeExactlyOnce) {
       for (size_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 50) << threads << " threads, n=" << n << " i=" << i;
     }
   }
+}
+
+// Dynamic loops: each thread starts on its own contiguous half, and a thread whose items go fast takes over
+// most of a slow thread's half. The calling thread (index 0) sleeps on each item here.
+TEST(ThreadPool, DynamicLoopsMoveWorkFromASlowThread) {
+  ThreadPool pool(2);
+  const size_t n = 64;
+  std::vector<std::atomic<int>> owner(n);
+  std::atomic<size_t> first_begin[2] = {n, n};
+  pool.parallel_for_dynamic(n, 1, [&](size_t b, size_t e, int thread) {
+    size_t expected = n;
+    first_begin[thread].compare_exchange_strong(expected, b);
+    for (size_t i = b; i < e; ++i) {
+      owner[i] = thread + 1;
+      if (thread == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  EXPECT_EQ(first_begin[0].load(), 0u);
+  EXPECT_EQ(first_begin[1].load(), n / 2);
+  size_t by_worker = 0;
+  for (const auto& o : owner) {
+    ASSERT_NE(o.load(), 0);
+    by_worker += o.load() == 2;
+  }
+  EXPECT_GE(by_worker, 3 * n / 4);
 }
 
 }  // namespace

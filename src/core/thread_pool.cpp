@@ -8,7 +8,8 @@
 
 namespace kestrel {
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
+ThreadPool::ThreadPool(int n_threads)
+    : n_threads_(std::max(1, n_threads)), ranges_(std::make_unique<StealRange[]>(static_cast<size_t>(n_threads_))) {
   for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
@@ -20,19 +21,56 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
+namespace {
+constexpr uint64_t pack_range(uint64_t front, uint64_t back) { return back << 32 | front; }
+constexpr size_t range_front(uint64_t r) { return static_cast<size_t>(r & 0xFFFFFFFFu); }
+constexpr size_t range_back(uint64_t r) { return static_cast<size_t>(r >> 32); }
+}  // namespace
+
+bool ThreadPool::take_front(int thread_index, size_t& begin, size_t& end) {
+  std::atomic<uint64_t>& range = ranges_[static_cast<size_t>(thread_index)].bounds;
+  uint64_t r = range.load(std::memory_order_relaxed);
+  for (;;) {
+    const size_t front = range_front(r), back = range_back(r);
+    if (front >= back) return false;
+    // A share of what is left: few atomic operations early, small pieces near the end for thieves.
+    const size_t take = std::max<size_t>(1, (back - front) / 4);
+    if (range.compare_exchange_weak(r, pack_range(front + take, back), std::memory_order_relaxed)) {
+      begin = front;
+      end = front + take;
+      return true;
+    }
+  }
+}
+
+bool ThreadPool::steal(int thread_index) {
+  for (int k = 1; k < n_threads_; ++k) {
+    std::atomic<uint64_t>& victim = ranges_[static_cast<size_t>((thread_index + k) % n_threads_)].bounds;
+    uint64_t r = victim.load(std::memory_order_relaxed);
+    for (;;) {
+      const size_t front = range_front(r), back = range_back(r);
+      if (front >= back) break;
+      const size_t take = std::max<size_t>(1, (back - front) / 2);
+      if (victim.compare_exchange_weak(r, pack_range(front, back - take), std::memory_order_relaxed)) {
+        ranges_[static_cast<size_t>(thread_index)].bounds.store(pack_range(back - take, back), std::memory_order_relaxed);
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
 void ThreadPool::run_chunk(int thread_index) {
   if (dynamic_) {
-    // Guided: each take is a share of what is left (at least grain_ items), so chunks start large (few
-    // atomic operations) and shrink towards the end, where the threads then finish close together.
-    const size_t share = 2 * static_cast<size_t>(n_threads_);
-    size_t begin = next_.load(std::memory_order_relaxed);
-    while (begin < n_) {
-      const size_t take = std::max(grain_, (n_ - begin) / share);
-      if (!next_.compare_exchange_weak(begin, begin + take, std::memory_order_relaxed)) continue;
-      (*body_)(begin, std::min(n_, begin + take), thread_index);
-      begin = next_.load(std::memory_order_relaxed);
+    // Each thread walks its own contiguous range front to back, so the kernels' prefetching runs on from
+    // one take into the next; a thread that runs out steals the back half of another's remaining range.
+    size_t begin = 0, end = 0;
+    for (;;) {
+      if (take_front(thread_index, begin, end))  // ranges count grains: a chunk is whole grains, or ends at n
+        (*body_)(begin * grain_, std::min(n_, end * grain_), thread_index);
+      else if (!steal(thread_index))
+        return;
     }
-    return;
   }
   // Split [0, n_) into n_threads_ chunks aligned to grain_.
   const size_t n_grains = (n_ + grain_ - 1) / grain_;
@@ -56,11 +94,16 @@ void ThreadPool::run(size_t n, size_t grain, bool dynamic, const std::function<v
   if (n == 0) return;
   grain = std::max<size_t>(1, grain);
   if (n_threads_ == 1 || n <= grain) return body(0, n, 0);  // one thread: nothing to balance
+  if (dynamic && n / grain >= 0xFFFFFFFFu) dynamic = false;  // ranges pack two 32-bit grain counts
   body_ = &body;
   n_ = n;
   grain_ = grain;
   dynamic_ = dynamic;
-  next_.store(0, std::memory_order_relaxed);
+  if (dynamic) {
+    const size_t n_grains = (n + grain - 1) / grain, nt = static_cast<size_t>(n_threads_);
+    for (size_t t = 0; t < nt; ++t)  // one contiguous range of grains per thread
+      ranges_[t].bounds.store(pack_range(n_grains * t / nt, n_grains * (t + 1) / nt), std::memory_order_relaxed);
+  }
   pending_.store(n_threads_ - 1, std::memory_order_relaxed);
   generation_.fetch_add(1, std::memory_order_seq_cst);  // publishes the job (and orders the sleepers_ read)
   if (sleepers_.load(std::memory_order_seq_cst) > 0) {

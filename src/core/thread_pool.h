@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -26,17 +27,22 @@ class ThreadPool {
   // and returns when all chunks are done. Chunk boundaries are multiples of `grain`.
   void parallel_for(size_t n, size_t grain, const std::function<void(size_t, size_t, int)>& body);
 
-  // Runs body over [0, n) in chunks that the threads take in turn as they finish, so a thread slowed by
-  // its core's other load does less of the work. Each take is a share of the items left, never fewer than
-  // `min_chunk` (guided scheduling): early chunks are large, the last ones small, so the threads finish
-  // close together. For loops of many equal-cost items (the row groups of a GEMM). Each body call covers
-  // one chunk; a thread may make several calls.
+  // Runs body over [0, n) with work stealing, so a thread slowed by its core's other load does less of the
+  // work: each thread starts on its own contiguous range and takes it front to back in shares of what is
+  // left (never fewer than `min_chunk` items); a thread whose range is empty takes the back half of
+  // another's. A thread's consecutive takes are thus contiguous (streaming kernels keep prefetching
+  // across them) and the threads finish close together. For loops of many equal-cost items (the row
+  // groups of a GEMM). Each body call covers one chunk; a thread may make several calls.
   void parallel_for_dynamic(size_t n, size_t min_chunk, const std::function<void(size_t, size_t, int)>& body);
 
  private:
   void worker_loop(int thread_index);
   void run_chunk(int thread_index);
   void run(size_t n, size_t grain, bool dynamic, const std::function<void(size_t, size_t, int)>& body);
+  // Dynamic loops: [begin, end) <- the next share of this thread's range; false when it is empty.
+  bool take_front(int thread_index, size_t& begin, size_t& end);
+  // Moves the back half of another thread's remaining range into this thread's; false when none is left.
+  bool steal(int thread_index);
 
   int n_threads_;
   std::vector<std::thread> workers_;
@@ -46,7 +52,7 @@ class ThreadPool {
   std::condition_variable wake_;
   std::atomic<int> sleepers_{0};
   // The counters each sit on their own cache line: workers spin on generation_ while chunks are taken from
-  // next_ and finishes counted in pending_, and a shared line would bounce between the cores.
+  // ranges_ and finishes counted in pending_, and a shared line would bounce between the cores.
   alignas(64) std::atomic<uint64_t> generation_{0};
   alignas(64) std::atomic<int> pending_{0};
   std::atomic<bool> stopping_{false};
@@ -55,8 +61,13 @@ class ThreadPool {
   const std::function<void(size_t, size_t, int)>* body_ = nullptr;
   size_t n_ = 0;
   size_t grain_ = 1;
-  bool dynamic_ = false;           // chunks taken from next_ instead of one fixed range per thread
-  alignas(64) std::atomic<size_t> next_{0};  // the next untaken item of a dynamic loop
+  bool dynamic_ = false;  // work stealing over ranges_ instead of one fixed range per thread
+  // A dynamic loop's untaken items per thread: [front, back) packed as back << 32 | front, one cache line
+  // each (the owner takes from the front, thieves from the back).
+  struct alignas(64) StealRange {
+    std::atomic<uint64_t> bounds{0};
+  };
+  std::unique_ptr<StealRange[]> ranges_;  // [n_threads]
 };
 
 }  // namespace kestrel
