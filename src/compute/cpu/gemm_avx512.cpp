@@ -13,8 +13,16 @@ constexpr int64_t kGroupChunk = 4;  // row groups whose weights stay in cache wh
 constexpr size_t kPrefetchBlocks = 6;         // how far ahead weights are prefetched (several tokens)
 constexpr size_t kPrefetchBlocksDecode = 16;  // ... and for one token, whose blocks go by faster
 
+// The block `ahead` blocks past block b of a group whose last block is nb - 1; past the group it is in
+// `after` (the bytes streamed next, possibly another matrix's), or null when nothing follows.
+inline const uint8_t* block_ahead(const uint8_t* blk, size_t b, size_t ahead, size_t nb, size_t block_bytes,
+                                  const uint8_t* after) {
+  if (b + ahead < nb) return blk + ahead * block_bytes;
+  return after ? after + (b + ahead - nb) * block_bytes : nullptr;
+}
+
 template <PackedLayout L, int T>
-void tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g) {
+void tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, const uint8_t* after) {
   constexpr int kOffset = L == PackedLayout::Q4_0x16 ? 8 : 128;  // stored value minus this = quantized weight
   const __m512i m4 = _mm512_set1_epi8(0xF);
   __m512 acc[T];
@@ -23,9 +31,8 @@ void tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int6
     const uint8_t* blk = w.data + (static_cast<size_t>(g) * static_cast<size_t>(w.n_blocks) + b) * w.block_bytes;
     // Software prefetch a few blocks ahead: with several tokens per block the out-of-order window spans
     // too few blocks to keep enough loads in flight while weights stream from memory.
-    for (size_t off = 0; off < w.block_bytes; off += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(blk + (T > 1 ? kPrefetchBlocks : kPrefetchBlocksDecode) * w.block_bytes + off),
-                   _MM_HINT_T0);
+    if (const uint8_t* ahead = block_ahead(blk, b, T > 1 ? kPrefetchBlocks : kPrefetchBlocksDecode, nb, w.block_bytes, after))
+      for (size_t off = 0; off < w.block_bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + off), _MM_HINT_T0);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));  // [16] row scales
     __m512i q[8];  // q[k] = inputs 4k..4k+3 of the 16 rows
     if constexpr (L == PackedLayout::Q4_0x16) {
@@ -57,25 +64,27 @@ void tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int6
 // (a burst of 40-odd prefetches at once would stall on the core's miss buffers).
 constexpr size_t kPrefetchSuperBlocks = 2;  // measured against 1, 3 (the old burst) and 5
 inline void prefetch_superblock_part(const uint8_t* block, size_t block_bytes, int part) {
+  if (!block) return;
   const size_t lines = (block_bytes + 63) / 64, begin = lines * part / 8, end = lines * (part + 1) / 8;
   for (size_t line = begin; line < end; ++line) _mm_prefetch(reinterpret_cast<const char*>(block + 64 * line), _MM_HINT_T0);
 }
 
 // K-quant tiles: one block is a 256-input super-block, eight 32-input activation blocks.
 template <int T>
-void tile_q4_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g) {
+void tile_q4_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, const uint8_t* after) {
   const size_t nxb = nb * 8;  // activation blocks per token
   const __m512i m4 = _mm512_set1_epi8(0xF);
   __m512 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (size_t b = 0; b < nb; ++b) {
     const uint8_t* blk = w.data + (static_cast<size_t>(g) * nb + b) * w.block_bytes;
+    const uint8_t* ahead = block_ahead(blk, b, kPrefetchSuperBlocks, nb, w.block_bytes, after);
     // Per super-block: sums over its sub-blocks of sc * (q . x) and of m * sum(x), scaled by d and dmin
     // once at the end (the min sums accumulate apart, off the main dependency chain).
     __m512 sb[T], sb_min[T];
     for (int t = 0; t < T; ++t) sb[t] = sb_min[t] = _mm512_setzero_ps();
     for (int j = 0; j < 8; ++j) {
-      prefetch_superblock_part(blk + kPrefetchSuperBlocks * w.block_bytes, w.block_bytes, j);
+      prefetch_superblock_part(ahead, w.block_bytes, j);
       const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 64 + 16 * j))));
       const __m512 mn = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192 + 16 * j))));
       __m512i q[8];
@@ -104,16 +113,17 @@ void tile_q4_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
 }
 
 template <int T>
-void tile_q6_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g) {
+void tile_q6_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, const uint8_t* after) {
   const size_t nxb = nb * 8;
   const __m512i m4 = _mm512_set1_epi8(0xF), m2 = _mm512_set1_epi8(3);
   __m512 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (size_t b = 0; b < nb; ++b) {
     const uint8_t* blk = w.data + (static_cast<size_t>(g) * nb + b) * w.block_bytes;
+    const uint8_t* ahead = block_ahead(blk, b, kPrefetchSuperBlocks, nb, w.block_bytes, after);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
     for (int j = 0; j < 8; ++j) {
-      prefetch_superblock_part(blk + kPrefetchSuperBlocks * w.block_bytes, w.block_bytes, j);
+      prefetch_superblock_part(ahead, w.block_bytes, j);
       const __m512 sc0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
                                               _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32 + 32 * j)))));
       const __m512 sc1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
@@ -147,13 +157,13 @@ void tile_q6_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
 }
 
 template <PackedLayout L, int T>
-void any_tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g) {
+void any_tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, const uint8_t* after) {
   if constexpr (L == PackedLayout::Q4_Kx16)
-    tile_q4_k<T>(w, xq, nb, y, ys, g);
+    tile_q4_k<T>(w, xq, nb, y, ys, g, after);
   else if constexpr (L == PackedLayout::Q6_Kx16)
-    tile_q6_k<T>(w, xq, nb, y, ys, g);
+    tile_q6_k<T>(w, xq, nb, y, ys, g, after);
   else
-    tile<L, T>(w, xq, nb, y, ys, g);
+    tile<L, T>(w, xq, nb, y, ys, g, after);
 }
 
 template <PackedLayout L>
@@ -167,15 +177,17 @@ void gemm(PackedView w, const BlockQ8A* xq, int n_tok, float* y, size_t ys, int6
       const BlockQ8A* x = xq + static_cast<size_t>(t0) * nb * kActPerBlock;
       float* yt = y + static_cast<size_t>(t0) * ys;
       for (int64_t g = g0; g < g1; ++g) {
+        // What this thread streams after group g: the next group, or after the call's last one w.next.
+        const uint8_t* after = g + 1 < group_end ? w.data + static_cast<size_t>(g + 1) * nb * w.block_bytes : w.next;
         switch (n_tok - t0 < kTokens ? n_tok - t0 : kTokens) {
-          case 1: any_tile<L, 1>(w, x, nb, yt, ys, g); break;
-          case 2: any_tile<L, 2>(w, x, nb, yt, ys, g); break;
-          case 3: any_tile<L, 3>(w, x, nb, yt, ys, g); break;
-          case 4: any_tile<L, 4>(w, x, nb, yt, ys, g); break;
-          case 5: any_tile<L, 5>(w, x, nb, yt, ys, g); break;
-          case 6: any_tile<L, 6>(w, x, nb, yt, ys, g); break;
-          case 7: any_tile<L, 7>(w, x, nb, yt, ys, g); break;
-          default: any_tile<L, 8>(w, x, nb, yt, ys, g); break;
+          case 1: any_tile<L, 1>(w, x, nb, yt, ys, g, after); break;
+          case 2: any_tile<L, 2>(w, x, nb, yt, ys, g, after); break;
+          case 3: any_tile<L, 3>(w, x, nb, yt, ys, g, after); break;
+          case 4: any_tile<L, 4>(w, x, nb, yt, ys, g, after); break;
+          case 5: any_tile<L, 5>(w, x, nb, yt, ys, g, after); break;
+          case 6: any_tile<L, 6>(w, x, nb, yt, ys, g, after); break;
+          case 7: any_tile<L, 7>(w, x, nb, yt, ys, g, after); break;
+          default: any_tile<L, 8>(w, x, nb, yt, ys, g, after); break;
         }
       }
     }

@@ -13,14 +13,18 @@ constexpr int64_t kGroupChunk = 4;
 constexpr size_t kPrefetchBlocks = 4;
 
 template <int T>
-void tile(PackedView w, const uint16_t* xb, size_t n_in, float* y, size_t ys, int64_t g) {
+void tile(PackedView w, const uint16_t* xb, size_t n_in, float* y, size_t ys, int64_t g, const uint8_t* after) {
   const size_t nb = static_cast<size_t>(w.n_blocks);
   __m512 acc[T][2];  // two chains per token for instruction-level parallelism
   for (int t = 0; t < T; ++t) acc[t][0] = acc[t][1] = _mm512_setzero_ps();
   for (size_t b = 0; b < nb; ++b) {
     const uint8_t* blk = w.data + (static_cast<size_t>(g) * nb + b) * w.block_bytes;
-    for (size_t off = 0; off < w.block_bytes; off += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetchBlocks * w.block_bytes + off), _MM_HINT_T0);
+    // Prefetch ahead, on into `after` (the bytes streamed next) past the group's last block.
+    const uint8_t* ahead = b + kPrefetchBlocks < nb ? blk + kPrefetchBlocks * w.block_bytes
+                           : after                  ? after + (b + kPrefetchBlocks - nb) * w.block_bytes
+                                                    : nullptr;
+    if (ahead)
+      for (size_t off = 0; off < w.block_bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + off), _MM_HINT_T0);
     for (int p = 0; p < 16; ++p) {
       const __m512bh wv = (__m512bh)_mm512_loadu_si512(blk + 64 * p);
       for (int t = 0; t < T; ++t) {
@@ -34,22 +38,23 @@ void tile(PackedView w, const uint16_t* xb, size_t n_in, float* y, size_t ys, in
 }
 
 void gemm(PackedView w, const uint16_t* xb, int n_tok, float* y, size_t ys, int64_t group_begin, int64_t group_end) {
-  const size_t n_in = static_cast<size_t>(w.n_blocks) * 32;
+  const size_t nb = static_cast<size_t>(w.n_blocks), n_in = nb * 32;
   for (int64_t g0 = group_begin; g0 < group_end; g0 += kGroupChunk) {
     const int64_t g1 = group_end < g0 + kGroupChunk ? group_end : g0 + kGroupChunk;
     for (int t0 = 0; t0 < n_tok; t0 += kTokens) {
       const uint16_t* x = xb + static_cast<size_t>(t0) * n_in;
       float* yt = y + static_cast<size_t>(t0) * ys;
       for (int64_t g = g0; g < g1; ++g) {
+        const uint8_t* after = g + 1 < group_end ? w.data + static_cast<size_t>(g + 1) * nb * w.block_bytes : w.next;
         switch (n_tok - t0 < kTokens ? n_tok - t0 : kTokens) {
-          case 1: tile<1>(w, x, n_in, yt, ys, g); break;
-          case 2: tile<2>(w, x, n_in, yt, ys, g); break;
-          case 3: tile<3>(w, x, n_in, yt, ys, g); break;
-          case 4: tile<4>(w, x, n_in, yt, ys, g); break;
-          case 5: tile<5>(w, x, n_in, yt, ys, g); break;
-          case 6: tile<6>(w, x, n_in, yt, ys, g); break;
-          case 7: tile<7>(w, x, n_in, yt, ys, g); break;
-          default: tile<8>(w, x, n_in, yt, ys, g); break;
+          case 1: tile<1>(w, x, n_in, yt, ys, g, after); break;
+          case 2: tile<2>(w, x, n_in, yt, ys, g, after); break;
+          case 3: tile<3>(w, x, n_in, yt, ys, g, after); break;
+          case 4: tile<4>(w, x, n_in, yt, ys, g, after); break;
+          case 5: tile<5>(w, x, n_in, yt, ys, g, after); break;
+          case 6: tile<6>(w, x, n_in, yt, ys, g, after); break;
+          case 7: tile<7>(w, x, n_in, yt, ys, g, after); break;
+          default: tile<8>(w, x, n_in, yt, ys, g, after); break;
         }
       }
     }

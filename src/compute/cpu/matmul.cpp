@@ -19,8 +19,9 @@ constexpr int kQuantizeInPassTokens = 8;  // up to this many tokens, each GEMM t
 
 bool packed_q8(const WeightMatrix& w) { return w.packed && w.packed->layout != PackedLayout::BF16x16; }
 
-// GEMM threads take guided chunks of row groups as they finish (ThreadPool::parallel_for_dynamic), down
-// to one group, so a thread whose core is also busy does less of the GEMM and both finish together.
+// GEMM threads walk their own contiguous share of the row groups and steal from each other's when done
+// (ThreadPool::parallel_for_dynamic), down to one group, so a thread whose core is also busy does less of
+// the GEMM and both finish together.
 constexpr size_t kMinGroupsPerTake = 1;
 
 // xq[n_in / 32] <- one input row, RMS-normalised first when in.norm_weight is set (scratch: [n_in] floats).
@@ -78,9 +79,13 @@ class PassInput {
   std::vector<std::vector<BlockQ8A>> own_;  // per thread [n_tok, n_in / 32] when quantized in the pass
 };
 
-// y[n_tok, p.n_out] rows of groups [begin, end) of one packed matrix.
-void packed_groups(const PackedMatrix& p, const BlockQ8A* xq, int n_tok, float* y, size_t begin, size_t end) {
-  packed_gemm_kernel(p.layout, detected_isa())(p.view(), xq, n_tok, y, static_cast<size_t>(p.n_out),
+// y[n_tok, p.n_out] rows of groups [begin, end) of one packed matrix; `next`: the bytes the thread streams
+// after them (see PackedView::next).
+void packed_groups(const PackedMatrix& p, const BlockQ8A* xq, int n_tok, float* y, size_t begin, size_t end,
+                   const uint8_t* next) {
+  PackedView view = p.view();
+  view.next = next;
+  packed_gemm_kernel(p.layout, detected_isa())(view, xq, n_tok, y, static_cast<size_t>(p.n_out),
                                                static_cast<int64_t>(begin), static_cast<int64_t>(end));
 }
 
@@ -95,7 +100,10 @@ void packed_q8_gemm(ThreadPool& pool, std::span<const WeightMatrix> ws, const Ma
     const BlockQ8A* xq = input.for_thread(thread);
     for (size_t i = 0; i < ws.size(); ++i) {
       const size_t b = std::max(begin, first_group[i]), e = std::min(end, first_group[i + 1]);
-      if (b < e) packed_groups(*ws[i].packed, xq, n_tok, ys[i], b - first_group[i], e - first_group[i]);
+      if (b >= e) continue;
+      const uint8_t* next_matrix = i + 1 < ws.size() ? ws[i + 1].packed->data.get() : nullptr;
+      packed_groups(*ws[i].packed, xq, n_tok, ys[i], b - first_group[i], e - first_group[i],
+                    ws[i].packed->after_group(static_cast<int64_t>(e - first_group[i]), next_matrix));
     }
   });
 }
@@ -138,8 +146,10 @@ void matmul_swiglu(ThreadPool& pool, const WeightMatrix& gate, const WeightMatri
   pool.parallel_for_dynamic(static_cast<size_t>(gate.packed->n_groups()), kMinGroupsPerTake,
                             [&](size_t begin, size_t end, int thread) {
                               const BlockQ8A* xq = input.for_thread(thread);
-                              packed_groups(*gate.packed, xq, n_tok, gate_out, begin, end);
-                              packed_groups(*up.packed, xq, n_tok, up_out, begin, end);
+                              // gate's groups stream on into up's, and up's into gate's next groups
+                              const auto b = static_cast<int64_t>(begin), e = static_cast<int64_t>(end);
+                              packed_groups(*gate.packed, xq, n_tok, gate_out, begin, end, up.packed->block(b, 0));
+                              packed_groups(*up.packed, xq, n_tok, up_out, begin, end, gate.packed->after_group(e, nullptr));
                               for (size_t t = 0; t < static_cast<size_t>(n_tok); ++t)
                                 silu_mul_rows(gate_out + t * n_ff + begin * rows, up_out + t * n_ff + begin * rows,
                                               (end - begin) * rows);
@@ -156,9 +166,10 @@ void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, float* y, i
       for (size_t i = begin; i < end; ++i) xb[i] = fp32_to_bf16(x[i]);
     });
     const PackedGemmBf16Fn gemm = packed_gemm_bf16_kernel(detected_isa());
-    const PackedView view = w.packed->view();
     const size_t n_groups = static_cast<size_t>(w.packed->n_groups());
     pool.parallel_for_dynamic(n_groups, kMinGroupsPerTake, [&](size_t begin, size_t end, int) {
+      PackedView view = w.packed->view();
+      view.next = w.packed->after_group(static_cast<int64_t>(end), nullptr);
       gemm(view, xb.data(), n_tok, y, n_out, static_cast<int64_t>(begin), static_cast<int64_t>(end));
     });
     return;

@@ -36,6 +36,10 @@ struct PackedView {
   const uint8_t* data;  // [n_groups][n_blocks][block_bytes]
   int64_t n_blocks;
   size_t block_bytes;
+  // The bytes the calling thread streams right after this call's last group (the following group, or the
+  // head of the next matrix of its pass), or null: the kernels' software prefetch runs on into them
+  // instead of stopping, so a new stream does not start cold. Null: no prefetch past the last group.
+  const uint8_t* next = nullptr;
 };
 
 struct PackedMatrix {
@@ -54,6 +58,9 @@ struct PackedMatrix {
   }
   size_t bytes() const { return static_cast<size_t>(n_groups() * n_blocks()) * block_bytes; }
   PackedView view() const { return {data.get(), n_blocks(), block_bytes}; }
+  // What a thread walking the groups in order streams after group end - 1: group `end`, or past the last
+  // group `then` (for PackedView::next).
+  const uint8_t* after_group(int64_t end, const uint8_t* then) const { return end < n_groups() ? block(end, 0) : then; }
 
   // Whether a matrix of this type and shape has a packed layout (n_out a multiple of 16) with a fast
   // kernel on this ISA level.
