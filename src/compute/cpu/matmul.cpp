@@ -24,14 +24,10 @@ bool packed_q8(const WeightMatrix& w) { return w.packed && w.packed->layout != P
 // the GEMM and both finish together.
 constexpr size_t kMinGroupsPerTake = 1;
 
-// xq[n_in / 32] <- one input row, RMS-normalised first when in.norm_weight is set (scratch: [n_in] floats).
-void quantize_input_row(const MatmulInput& in, size_t t, size_t n_in, BlockQ8A* xq, std::vector<float>& scratch) {
+// xq[n_in / 32] <- one input row, RMS-normalised first when in.norm_weight is set.
+void quantize_input_row(const MatmulInput& in, size_t t, size_t n_in, BlockQ8A* xq) {
   const float* row = in.x + t * n_in;
-  if (in.norm_weight) {
-    scratch.resize(n_in);
-    rmsnorm(row, in.norm_weight, scratch.data(), 1, static_cast<int>(n_in), in.norm_eps);
-    row = scratch.data();
-  }
+  if (in.norm_weight) return quantize_norm_q8a_kernel(detected_isa())(row, in.norm_weight, in.norm_eps, xq, n_in);
   quantize_q8a_kernel(detected_isa())(row, xq, n_in);
 }
 
@@ -40,8 +36,7 @@ std::vector<BlockQ8A> quantize_rows(ThreadPool& pool, const MatmulInput& in, siz
   const size_t nb = n_in / 32;
   std::vector<BlockQ8A> xq(static_cast<size_t>(n_tok) * nb);
   pool.parallel_for(static_cast<size_t>(n_tok), 1, [&](size_t begin, size_t end, int) {
-    std::vector<float> scratch;  // [n_in] the normalised row
-    for (size_t t = begin; t < end; ++t) quantize_input_row(in, t, n_in, xq.data() + t * nb, scratch);
+    for (size_t t = begin; t < end; ++t) quantize_input_row(in, t, n_in, xq.data() + t * nb);
   });
   return xq;
 }
@@ -64,8 +59,7 @@ class PassInput {
     if (own.empty()) {
       const size_t nb = n_in_ / 32;
       own.resize(static_cast<size_t>(n_tok_) * nb);
-      std::vector<float> scratch;  // [n_in] the normalised row
-      for (size_t t = 0; t < static_cast<size_t>(n_tok_); ++t) quantize_input_row(in_, t, n_in_, own.data() + t * nb, scratch);
+      for (size_t t = 0; t < static_cast<size_t>(n_tok_); ++t) quantize_input_row(in_, t, n_in_, own.data() + t * nb);
     }
     return own.data();
   }

@@ -1,6 +1,9 @@
 #include "compute/cpu/q8_activations.h"
 
 #include <cmath>
+#include <vector>
+
+#include "compute/ops.h"
 
 namespace kestrel {
 
@@ -25,13 +28,25 @@ void quantize_activations_q8a(const float* x, BlockQ8A* out, size_t n) {
   }
 }
 
+void quantize_norm_activations_q8a(const float* x, const float* weight, float eps, BlockQ8A* out, size_t n) {
+  std::vector<float> normed(n);  // [n]
+  ops::rmsnorm(x, weight, normed.data(), 1, static_cast<int>(n), eps);
+  quantize_activations_q8a(normed.data(), out, n);
+}
+
 #if !defined(KESTREL_HAVE_X86_KERNELS)
 QuantizeQ8AFn quantize_q8a_kernel_avx512() { return nullptr; }
+QuantizeNormQ8AFn quantize_norm_q8a_kernel_avx512() { return nullptr; }
 #endif
 
 QuantizeQ8AFn quantize_q8a_kernel(Isa isa) {
   QuantizeQ8AFn fn = isa >= Isa::Avx512 ? quantize_q8a_kernel_avx512() : nullptr;
   return fn ? fn : quantize_activations_q8a;
+}
+
+QuantizeNormQ8AFn quantize_norm_q8a_kernel(Isa isa) {
+  QuantizeNormQ8AFn fn = isa >= Isa::Avx512 ? quantize_norm_q8a_kernel_avx512() : nullptr;
+  return fn ? fn : quantize_norm_activations_q8a;
 }
 
 }  // namespace kestrel
