@@ -7,6 +7,7 @@
 #include "compute/cpu/dot.h"
 #include "compute/cpu/elementwise.h"
 #include "compute/cpu/packed_matrix.h"
+#include "compute/cpu/q8_activations.h"
 #include "compute/ref/ref_ops.h"
 #include "core/fp16.h"
 #include "quant/quantize.h"
@@ -115,6 +116,13 @@ TEST(Kernels, PackedGemmMatchesReferenceOnEveryIsa) {
             if (r < 16) EXPECT_EQ(got[i], -7.f) << "group 0 was not asked for";
             else EXPECT_NEAR(got[i], want[i], 1e-4 * (1 + std::fabs(want[i]))) << i;
           }
+        // Where the thread streams next (prefetched on into) changes nothing in the results.
+        PackedView streaming_on = packed->view();
+        streaming_on.next = packed->block(0, 0);
+        std::vector<float> again(want.size(), -7.f);
+        packed_gemm_kernel(packed->layout, isa)(streaming_on, xq.data(), n_tok, again.data(), n_out, 1, 2);
+        packed_gemm_kernel(packed->layout, isa)(streaming_on, xq.data(), n_tok, again.data(), n_out, 2, 3);
+        EXPECT_EQ(again, got);
       }
     }
   }
@@ -186,6 +194,31 @@ TEST(Kernels, ActivationQuantizationKernelsMatchReference) {
       EXPECT_EQ(got[b].sum16[0], want[b].sum16[0]) << b;
       EXPECT_EQ(got[b].sum16[1], want[b].sum16[1]) << b;
       for (int i = 0; i < 32; ++i) ASSERT_EQ(got[b].qs[i], want[b].qs[i]) << b << " " << i;
+    }
+  }
+}
+
+// RMSNorm folded into quantization, on every ISA, bit for bit against RMSNorm then quantization: rows of
+// several widths and magnitudes, and an all-zero row (its blocks quantize to zeros).
+TEST(Kernels, NormalisingQuantizerMatchesRmsnormThenQuantize) {
+  for (size_t n : {size_t{32}, size_t{256}, size_t{2048}, size_t{5632}}) {
+    for (float magnitude : {0.0f, 1e-3f, 1.0f, 300.0f}) {
+      SCOPED_TRACE("n=" + std::to_string(n) + " magnitude " + std::to_string(magnitude));
+      const auto x = random_vector(n, 62, magnitude), weight = random_vector(n, 63, 0.5f);
+      std::vector<float> normed(n);
+      ops::rmsnorm(x.data(), weight.data(), normed.data(), 1, static_cast<int>(n), 1e-6f);
+      std::vector<BlockQ8A> want(n / 32);
+      quantize_activations_q8a(normed.data(), want.data(), n);
+      for (Isa isa : runnable_isas()) {
+        SCOPED_TRACE(isa_name(isa));
+        std::vector<BlockQ8A> got(want.size());
+        quantize_norm_q8a_kernel(isa)(x.data(), weight.data(), 1e-6f, got.data(), n);
+        for (size_t b = 0; b < want.size(); ++b) {
+          ASSERT_EQ(got[b].d, want[b].d) << b;
+          ASSERT_EQ(got[b].sum(), want[b].sum()) << b;
+          ASSERT_TRUE(std::equal(got[b].qs, got[b].qs + 32, want[b].qs)) << b;
+        }
+      }
     }
   }
 }
@@ -322,6 +355,52 @@ TEST(Kernels, KvStoreWithRopeEqualsRopeThenStore) {
     EXPECT_EQ(fused_k, plain_k);
     EXPECT_EQ(fused_v, plain_v);
     EXPECT_EQ(std::count_if(fused_k.begin(), fused_k.end(), [](float x) { return x != 0.0f; }), n_tok * n_kv * hd);
+  }
+}
+
+// Attention that stores the batch's K/V rows itself equals kv_store then attention, in the cache it leaves
+// and in its output: a decode batch of three sequences (each thread stores the heads it attends with),
+// one sequence's prefill (stored up front), and the generic path's 6-token pages; F32, F16, BF16 pages.
+TEST(Kernels, AttentionStoringRowsEqualsStoreThenAttend) {
+  ThreadPool pool(2);
+  const int n_heads = 8, n_kv = 2, hd = 64, n_blocks = 12;
+  const std::vector<int32_t> table_a = {3, 0, 7, 8, 10, 6}, table_b = {5, 1}, table_c = {2, 9, 4, 11};
+  struct Batch { std::vector<int32_t> positions; std::vector<const int32_t*> tables; };
+  const std::vector<Batch> batches = {
+      {{20, 7, 23}, {table_a.data(), table_b.data(), table_c.data()}},      // decode: one token per sequence
+      {{4, 5, 6, 7, 8}, {table_a.data(), table_a.data(), table_a.data(), table_a.data(), table_a.data()}}};
+  for (const auto& [bs, type] : std::vector<std::pair<int, KvType>>{
+           {16, KvType::F32}, {16, KvType::F16}, {16, KvType::BF16}, {6, KvType::F16}}) {
+    for (const Batch& batch : batches) {
+      const int n_tok = static_cast<int>(batch.positions.size());
+      SCOPED_TRACE("block_size " + std::to_string(bs) + " type " + std::to_string(static_cast<int>(type)) +
+                   " tokens " + std::to_string(n_tok));
+      const size_t bytes = static_cast<size_t>(n_blocks) * n_kv * bs * hd * (type == KvType::F32 ? 4 : 2);
+      std::vector<uint8_t> k_first(bytes), v_first(bytes), k_inside(bytes), v_inside(bytes);
+      const KvLayerView first{k_first.data(), v_first.data(), type, true, bs, n_kv, hd, hd, hd, n_blocks};
+      const KvLayerView inside{k_inside.data(), v_inside.data(), type, true, bs, n_kv, hd, hd, hd, n_blocks};
+      // Earlier keys of every sequence, the same in both caches.
+      const auto old_k = random_vector(bytes, 24), old_v = random_vector(bytes, 25);
+      for (int32_t blk = 0; blk < n_blocks; ++blk)
+        for (int h = 0; h < n_kv; ++h)
+          for (int o = 0; o < bs; ++o)
+            for (int d = 0; d < hd; ++d) {
+              const size_t i = ((static_cast<size_t>(blk) * n_kv + h) * bs + o) * hd + d;
+              for (const KvLayerView* kv : {&first, &inside}) kv->set_k(blk, h, o, d, old_k[i]), kv->set_v(blk, h, o, d, old_v[i]);
+            }
+      const AttentionRows rows{batch.positions, batch.tables};
+      const auto q = random_vector(static_cast<size_t>(n_tok) * n_heads * hd, 26, 0.3f);
+      const auto k = random_vector(static_cast<size_t>(n_tok) * n_kv * hd, 27), v = random_vector(k.size(), 28);
+      const ops::RopeTable rope = ops::rope_table(batch.positions, hd, 10000.0f);
+      std::vector<float> want(q.size()), got(q.size());
+      ops::kv_store(first, rows, k.data(), v.data(), n_tok, &rope, RopeStyle::NeoX);
+      ops::attention_paged(pool, q.data(), first, rows, want.data(), n_tok, n_heads, 0.125f);
+      const ops::KvWrite write{k.data(), v.data(), &rope, RopeStyle::NeoX};
+      ops::attention_paged(pool, q.data(), inside, rows, got.data(), n_tok, n_heads, 0.125f, &write);
+      EXPECT_EQ(k_inside, k_first);
+      EXPECT_EQ(v_inside, v_first);
+      EXPECT_EQ(got, want);
+    }
   }
 }
 

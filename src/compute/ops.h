@@ -93,7 +93,7 @@ struct KvLayerView {
 // Query token t attends to keys at positions 0..positions[t] of its sequence (causal).
 struct AttentionRows {
   std::span<const int32_t> positions;             // [n_tok]
-  std::span<const int32_t* const> block_tables;  // [n_tok] -> that sequence's block ids
+  std::span<const int32_t* const> block_tables;  // [n_tok] -> that sequence's block ids (one pointer per sequence)
 };
 
 namespace ops {
@@ -143,6 +143,14 @@ void silu_mul(ThreadPool& pool, float* gate, const float* up, size_t n);
 // In-place softmax over n values.
 void softmax(float* x, int n);
 
+// The K/V rows of a batch's tokens to be written into their slots (as kv_store's arguments).
+struct KvWrite {
+  const float* k = nullptr;              // [n_tok, n_kv_heads, k_dim]
+  const float* v = nullptr;              // [n_tok, n_kv_heads, v_dim], or null when V lives inside K
+  const RopeTable* k_rope = nullptr;     // rotate K while writing it (optional)
+  RopeStyle style = RopeStyle::Interleaved;
+};
+
 // Writes the K/V rows of n_tok tokens into their slots. k: [n_tok, n_kv_heads, k_dim],
 // v: [n_tok, n_kv_heads, v_dim] (ignored, may be null, when V lives inside K).
 // With k_rope, each K row is rotated (RoPE, `style`) as it is written, so k itself stays unrotated.
@@ -152,8 +160,12 @@ void kv_store(const KvLayerView& kv, const AttentionRows& rows, const float* k, 
 // Causal attention over the paged cache with an online softmax, one key block at a time; the score
 // matrix is never materialised. q: [n_tok, n_heads, k_dim], out: [n_tok, n_heads, v_dim].
 // GQA: query head h reads KV head h / (n_heads / n_kv_heads).
+// With `write`, the batch's K/V rows are stored first (as kv_store). When every token's sequence is alone in
+// the batch (decode), each thread stores the rows of the KV heads it then attends with, inside the same
+// pass: the stores, whose slots come cold from memory, are split across the threads, and the lines they
+// fill are already in the reading core's cache. Tokens of one sequence share one block table pointer.
 void attention_paged(ThreadPool& pool, const float* q, const KvLayerView& kv, const AttentionRows& rows,
-                     float* out, int n_tok, int n_heads, float scale);
+                     float* out, int n_tok, int n_heads, float scale, const KvWrite* write = nullptr);
 
 }  // namespace ops
 }  // namespace kestrel

@@ -35,8 +35,8 @@ void attention(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, con
   }
   ops::rope(q, rope, hp.n_heads, hd, arch.rope_style);
   const AttentionRows rows{batch.positions, batch.block_tables};
-  ops::kv_store(kv, rows, k, v, n_tok, &rope, arch.rope_style);  // K rotated as it is written
-  ops::attention_paged(pool, q, kv, rows, attn, n_tok, hp.n_heads, 1.0f / std::sqrt(float(hd)));
+  const ops::KvWrite write{k, v, &rope, arch.rope_style};  // K rotated as it is written
+  ops::attention_paged(pool, q, kv, rows, attn, n_tok, hp.n_heads, 1.0f / std::sqrt(float(hd)), &write);
   ops::matmul(pool, pw.matrix(*L.wo), attn, out, n_tok);
 }
 

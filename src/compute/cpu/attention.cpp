@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "compute/cpu/isa.h"
+#include "compute/cpu/kv_store_head.h"
 #include "compute/ops.h"
 #include "core/fp16.h"
 
@@ -93,21 +94,35 @@ void attention_generic(ThreadPool& pool, const float* q, const KvLayerView& kv, 
   });
 }
 
+// Whether no two tokens belong to one sequence (share a block table), so the pass can store each
+// (token, KV head) row right before attending with it: no token reads a slot another task writes.
+bool tokens_in_distinct_sequences(const AttentionRows& rows) {
+  std::vector<const int32_t*> tables(rows.block_tables.begin(), rows.block_tables.end());
+  std::sort(tables.begin(), tables.end());
+  return std::adjacent_find(tables.begin(), tables.end()) == tables.end();
+}
+
 }  // namespace
 
 namespace ops {
 
 void attention_paged(ThreadPool& pool, const float* q, const KvLayerView& kv, const AttentionRows& rows,
-                     float* out, int n_tok, int n_heads, float scale) {
+                     float* out, int n_tok, int n_heads, float scale, const KvWrite* write) {
   const bool fast = kv.k_transposed && !kv.v_in_k() && attend_page_size_ok(kv.block_size) &&
                     kv.k_dim <= kAttendMaxDim && kv.v_dim <= kAttendMaxDim && kv.v_dim % kAttendTile == 0 &&
                     kv.k_dim % 2 == 0;
   const AttendFn attend_fn = fast ? attend_kernel(kv.type) : nullptr;
+  if (write && !(attend_fn && tokens_in_distinct_sequences(rows))) {
+    kv_store(kv, rows, write->k, write->v, n_tok, write->k_rope, write->style);
+    write = nullptr;
+  }
   if (!attend_fn) return attention_generic(pool, q, kv, rows, out, n_tok, n_heads, scale);
   const int group = n_heads / kv.n_kv_heads;
   pool.parallel_for(static_cast<size_t>(n_tok) * kv.n_kv_heads, 1, [&](size_t begin, size_t end, int) {
+    float scratch[kAttendMaxDim];  // one rotated K row
     for (size_t item = begin; item < end; ++item) {
       const int t = static_cast<int>(item / kv.n_kv_heads), h = static_cast<int>(item % kv.n_kv_heads);
+      if (write) kv_store_head(kv, rows, *write, t, h, scratch);
       const size_t first_head = static_cast<size_t>(t) * n_heads + static_cast<size_t>(h) * group;
       const AttendArgs args{q + first_head * kv.k_dim, group, kv.k_dim, kv.v_dim, kv.k, kv.v, kv.v_stride,
                             kv.block_size, kv.n_blocks, h, rows.block_tables[t], rows.positions[t] + 1, scale,

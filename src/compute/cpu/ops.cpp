@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "compute/cpu/elementwise.h"
+#include "compute/cpu/kv_store_head.h"
 #include "compute/ops.h"
 #include "core/fp16.h"
 
@@ -125,26 +126,46 @@ void softmax(float* x, int n) {
   for (int i = 0; i < n; ++i) x[i] /= sum;
 }
 
+namespace {
+inline float keep_fp32(float x) { return x; }
+
+// Writes token t's K/V rows of KV head h into its slot in pages of element type T, each value encoded by
+// Encode (scratch: [k_dim] floats when K is rotated).
+template <typename T, T (*Encode)(float)>
+void store_head(const KvLayerView& kv, const AttentionRows& rows, const KvWrite& w, int t, int h, float* scratch) {
+  const int32_t pos = rows.positions[t];
+  const int32_t block = rows.block_tables[t][pos / kv.block_size];
+  const int offset = pos % kv.block_size;
+  const size_t row = static_cast<size_t>(t) * kv.n_kv_heads + h;
+  const float* k_row = w.k + row * kv.k_dim;
+  if (w.k_rope) {
+    std::copy_n(k_row, kv.k_dim, scratch);
+    rope_head(scratch, *w.k_rope, static_cast<size_t>(t), w.style);
+    k_row = scratch;
+  }
+  T* const k_pages = static_cast<T*>(kv.k);
+  for (int d = 0; d < kv.k_dim; ++d) k_pages[kv.k_element(block, h, offset, d)] = Encode(k_row[d]);
+  if (kv.v_in_k()) return;
+  T* const v_pages = static_cast<T*>(kv.v);
+  const float* v_row = w.v + row * kv.v_dim;
+  for (int d = 0; d < kv.v_dim; ++d) v_pages[kv.v_element(block, h, offset, d)] = Encode(v_row[d]);
+}
+}  // namespace
+
+void kv_store_head(const KvLayerView& kv, const AttentionRows& rows, const KvWrite& w, int t, int h, float* scratch) {
+  switch (kv.type) {  // the page type once per row; the layout inline per element
+    case KvType::F32: return store_head<float, keep_fp32>(kv, rows, w, t, h, scratch);
+    case KvType::F16: return store_head<uint16_t, fp32_to_fp16>(kv, rows, w, t, h, scratch);
+    case KvType::BF16: return store_head<uint16_t, fp32_to_bf16>(kv, rows, w, t, h, scratch);
+  }
+}
+
 void kv_store(const KvLayerView& kv, const AttentionRows& rows, const float* k, const float* v, int n_tok,
               const RopeTable* k_rope, RopeStyle style) {
-  std::vector<float> rotated(k_rope ? static_cast<size_t>(kv.k_dim) : 0);  // [k_dim] one K row after RoPE
-  for (int t = 0; t < n_tok; ++t) {
-    const int32_t pos = rows.positions[t];
-    const int32_t block = rows.block_tables[t][pos / kv.block_size];
-    const int offset = pos % kv.block_size;
-    for (int h = 0; h < kv.n_kv_heads; ++h) {
-      const size_t row = static_cast<size_t>(t) * kv.n_kv_heads + h;
-      const float* k_row = k + row * kv.k_dim;
-      if (k_rope) {
-        std::copy_n(k_row, kv.k_dim, rotated.data());
-        rope_head(rotated.data(), *k_rope, static_cast<size_t>(t), style);
-        k_row = rotated.data();
-      }
-      for (int d = 0; d < kv.k_dim; ++d) kv.set_k(block, h, offset, d, k_row[d]);
-      if (!kv.v_in_k())
-        for (int d = 0; d < kv.v_dim; ++d) kv.set_v(block, h, offset, d, v[row * kv.v_dim + d]);
-    }
-  }
+  const KvWrite w{k, v, k_rope, style};
+  std::vector<float> scratch(static_cast<size_t>(kv.k_dim));  // [k_dim] one K row after RoPE
+  for (int t = 0; t < n_tok; ++t)
+    for (int h = 0; h < kv.n_kv_heads; ++h) kv_store_head(kv, rows, w, t, h, scratch.data());
 }
 
 }  // namespace ops
