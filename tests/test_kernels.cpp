@@ -123,6 +123,11 @@ TEST(Kernels, PackedGemmMatchesReferenceOnEveryIsa) {
         packed_gemm_kernel(packed->layout, isa)(streaming_on, xq.data(), n_tok, again.data(), n_out, 1, 2);
         packed_gemm_kernel(packed->layout, isa)(streaming_on, xq.data(), n_tok, again.data(), n_out, 2, 3);
         EXPECT_EQ(again, got);
+        // Accumulating stores add to what y holds.
+        PackedView adding = packed->view();
+        adding.accumulate = true;
+        packed_gemm_kernel(packed->layout, isa)(adding, xq.data(), n_tok, again.data(), n_out, 1, 3);
+        for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(again[i], i % n_out < 16 ? -7.f : got[i] + got[i]) << i;
       }
     }
   }
@@ -236,6 +241,32 @@ TEST(Kernels, SiluMulMatchesReference) {
       silu_mul_kernel(isa)(got.data(), up.data(), n);
       for (size_t i = 0; i < n; ++i)
         ASSERT_NEAR(got[i], want[i], 2e-6f * (1 + std::fabs(want[i]))) << isa_name(isa) << " n=" << n << " i=" << i;
+    }
+  }
+}
+
+// Accumulate::Yes adds the product to y, bit for bit as matmul then add, on every matmul path: packed
+// integer and BF16 GEMMs (in their stores, on every ISA's kernel), row dots and float tiles (through a
+// scratch).
+TEST(Kernels, MatmulAccumulateAddsTheProduct) {
+  ThreadPool pool(2);
+  const size_t n_in = 256, n_out = 48;
+  for (DType type : kTypes) {
+    const auto bytes = quantized(type, random_vector(n_in * n_out, 64, 0.05f), n_in);
+    WeightMatrix w{type, static_cast<int64_t>(n_in), static_cast<int64_t>(n_out), bytes.data(), row_bytes(type, n_in)};
+    const auto packed = PackedMatrix::pack(w);
+    for (bool use_packed : {false, true}) {
+      if (use_packed && !packed) continue;
+      w.packed = use_packed ? &*packed : nullptr;
+      for (int n_tok : {1, 5, 12}) {
+        SCOPED_TRACE(std::string(dtype_name(type)) + (use_packed ? " packed" : "") + " n_tok=" + std::to_string(n_tok));
+        const auto x = random_vector(n_in * n_tok, 65), before = random_vector(n_out * n_tok, 66);
+        std::vector<float> product(before.size()), want = before, got = before;
+        ops::matmul(pool, w, x.data(), product.data(), n_tok);
+        ops::add(want.data(), product.data(), want.size());
+        ops::matmul(pool, w, x.data(), got.data(), n_tok, ops::Accumulate::Yes);
+        EXPECT_EQ(got, want);
+      }
     }
   }
 }

@@ -107,8 +107,13 @@ struct MatmulInput {
   float norm_eps = 0.0f;
 };
 
-// y[n_tok, w.n_out] = x[n_tok, w.n_in] . W^T
-void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, float* y, int n_tok);
+// How a matmul puts its result into y: written, or added to what y holds (a block's output into the
+// residual stream, done by the GEMM threads as they store their rows, not by a separate serial pass).
+enum class Accumulate { No, Yes };
+
+// y[n_tok, w.n_out] = x[n_tok, w.n_in] . W^T, or y += that with Accumulate::Yes
+void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, float* y, int n_tok,
+            Accumulate accumulate = Accumulate::No);
 // ys[i][n_tok, ws[i].n_out] = in[n_tok, n_in] . Ws[i]^T for matrices sharing one input (q/k/v, gate/up):
 // the input is quantized once and all matrices run in one parallel pass.
 void matmul_many(ThreadPool& pool, std::span<const WeightMatrix> ws, const MatmulInput& in, std::span<float* const> ys,

@@ -37,7 +37,7 @@ void attention(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, con
   const AttentionRows rows{batch.positions, batch.block_tables};
   const ops::KvWrite write{k, v, &rope, arch.rope_style};  // K rotated as it is written
   ops::attention_paged(pool, q, kv, rows, attn, n_tok, hp.n_heads, 1.0f / std::sqrt(float(hd)), &write);
-  ops::matmul(pool, pw.matrix(*L.wo), attn, out, n_tok);
+  ops::matmul(pool, pw.matrix(*L.wo), attn, out, n_tok, ops::Accumulate::Yes);
 }
 
 void attention_mla(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const ArchTraits& arch, const LayerWeights& L,
@@ -102,16 +102,16 @@ void attention_mla(ThreadPool& pool, const PackedWeights& pw, const HParams& hp,
     for (int t = 0; t < n_tok; ++t)
       std::copy_n(tmp.data() + static_cast<size_t>(t) * Dv, Dv, heads.data() + (static_cast<size_t>(t) * H + hh) * Dv);
   }
-  ops::matmul(pool, pw.matrix(*L.wo), heads.data(), out, n_tok);
+  ops::matmul(pool, pw.matrix(*L.wo), heads.data(), out, n_tok, ops::Accumulate::Yes);
 }
 
 void ffn_dense(ThreadPool& pool, const WeightMatrix& gate, const WeightMatrix& up, const WeightMatrix& down,
-               const ops::MatmulInput& in, float* out, int n_tok, ForwardWorkspace& ws) {
+               const ops::MatmulInput& in, float* out, int n_tok, ForwardWorkspace& ws, ops::Accumulate accumulate) {
   const size_t n = static_cast<size_t>(n_tok) * static_cast<size_t>(gate.n_out);
   float* g = ws.get(ForwardWorkspace::Buffer::Gate, n);  // [n_tok, n_ff]
   float* u = ws.get(ForwardWorkspace::Buffer::Up, n);    // [n_tok, n_ff]
   ops::matmul_swiglu(pool, gate, up, in, g, u, n_tok);
-  ops::matmul(pool, down, g, out, n_tok);
+  ops::matmul(pool, down, g, out, n_tok, accumulate);
 }
 
 void ffn_moe(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const LayerWeights& L, const float* h, float* out,
@@ -138,9 +138,7 @@ void ffn_moe(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const
   }
   if (L.ffn_gate_shexp)
     ffn_dense(pool, pw.matrix(*L.ffn_gate_shexp), pw.matrix(*L.ffn_up_shexp),
-              pw.matrix(*L.ffn_down_shexp), ops::MatmulInput{h}, out, n_tok, ws);
-  else
-    std::fill(out, out + static_cast<size_t>(n_tok) * E, 0.f);
+              pw.matrix(*L.ffn_down_shexp), ops::MatmulInput{h}, out, n_tok, ws, ops::Accumulate::Yes);
   std::vector<float> xs, ys;  // [n_routed, n_embd] gathered inputs and expert outputs
   for (int e = 0; e < X; ++e) {
     const auto& tokens = routed[static_cast<size_t>(e)];
@@ -151,7 +149,7 @@ void ffn_moe(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const
     for (int i = 0; i < n; ++i)
       std::copy_n(h + static_cast<size_t>(tokens[i].first) * E, E, xs.data() + static_cast<size_t>(i) * E);
     ffn_dense(pool, pw.matrix(*L.ffn_gate_exps, e), pw.matrix(*L.ffn_up_exps, e),
-              pw.matrix(*L.ffn_down_exps, e), ops::MatmulInput{xs.data()}, ys.data(), n, ws);
+              pw.matrix(*L.ffn_down_exps, e), ops::MatmulInput{xs.data()}, ys.data(), n, ws, ops::Accumulate::No);
     for (int i = 0; i < n; ++i) {
       float* o = out + static_cast<size_t>(tokens[i].first) * E;
       const float* y = ys.data() + static_cast<size_t>(i) * E;

@@ -1,5 +1,6 @@
-// Shared transformer blocks that architectures compose. Each takes the normalised input and returns
-// its output in a caller-provided buffer; residual adds happen in the caller.
+// Shared transformer blocks that architectures compose. Each takes the normalised input and adds its
+// output to `out`, the residual stream (its last projection stores into it as the GEMM threads finish their
+// rows, so no separate residual pass runs).
 #pragma once
 #include "compute/ops.h"
 #include "model/arch.h"
@@ -13,7 +14,7 @@ namespace kestrel::layers {
 
 // Self-attention with GQA, optional q/k/v bias and per-head q/k norm, RoPE, paged KV.
 // in: [n_tok, n_embd] rows with the block's norm (applied as the q/k/v projections quantize them)
-// -> out: [n_tok, n_embd]. Scratch: ws's Q, K, V and AttnOut buffers.
+// -> out: [n_tok, n_embd] += the block's output. Scratch: ws's Q, K, V and AttnOut buffers.
 void attention(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const ArchTraits& arch, const LayerWeights& L,
                const ops::RopeTable& rope, const ForwardBatch& batch, const KvLayerView& kv,
                const ops::MatmulInput& in, float* out, ForwardWorkspace& ws);
@@ -21,19 +22,20 @@ void attention(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, con
 // Multi-head latent attention (DeepSeek-V2), computed in latent space: each head's q_nope is absorbed by
 // k_b into a kv_lora_rank-wide query, so attention runs over the cached [latent | rope key] rows directly
 // (one KV "head" shared by every query head), and the latent output is expanded by v_b per head.
-// h: [n_tok, n_embd] -> out: [n_tok, n_embd].
+// h: [n_tok, n_embd] -> out: [n_tok, n_embd] += the block's output.
 void attention_mla(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const ArchTraits& arch, const LayerWeights& L,
                    const ops::RopeTable& rope, const ForwardBatch& batch, const KvLayerView& kv, const float* h,
                    float* out);
 
-// SwiGLU feed-forward: out = down(silu(gate(h)) * up(h)), h = in's rows after its norm (if any).
-// in: [n_tok, n_embd] -> out: [n_tok, n_embd]. Scratch: ws's Gate and Up buffers.
+// SwiGLU feed-forward: down(silu(gate(h)) * up(h)), h = in's rows after its norm (if any), written to out
+// or, with Accumulate::Yes, added to it. in: [n_tok, n_embd] -> out: [n_tok, n_embd]. Scratch: ws's Gate
+// and Up buffers.
 void ffn_dense(ThreadPool& pool, const WeightMatrix& gate, const WeightMatrix& up, const WeightMatrix& down,
-               const ops::MatmulInput& in, float* out, int n_tok, ForwardWorkspace& ws);
+               const ops::MatmulInput& in, float* out, int n_tok, ForwardWorkspace& ws, ops::Accumulate accumulate);
 
 // Mixture of experts: softmax (or sigmoid) router over n_expert, top-k per token, optionally renormalised
 // and scaled; each chosen expert runs once over all the tokens routed to it; shared experts, when present,
-// see every token. h, out: [n_tok, n_embd].
+// see every token. h: [n_tok, n_embd] -> out: [n_tok, n_embd] += the block's output.
 void ffn_moe(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const LayerWeights& L, const float* h, float* out,
              int n_tok, ForwardWorkspace& ws);
 

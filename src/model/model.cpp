@@ -110,8 +110,7 @@ void Model::forward(ThreadPool& pool, const ForwardBatch& batch, KvStorage& kv, 
   const HParams& hp = hparams_;
   const int n_tok = batch.n_tokens(), E = hp.n_embd;
   const size_t n_act = static_cast<size_t>(n_tok) * E;
-  float* x = ws.get(Buffer::Residual, n_act);  // [n_tok, n_embd] residual stream
-  float* y = ws.get(Buffer::BlockOut, n_act);  // [n_tok, n_embd] block output
+  float* x = ws.get(Buffer::Residual, n_act);  // [n_tok, n_embd] residual stream: each block adds its output
   const TensorView& embd = *weights_.token_embd;
   for (int t = 0; t < n_tok; ++t) dequantize_row(embd.type, embd.row(batch.tokens[t]), x + static_cast<size_t>(t) * E, E);
 
@@ -127,21 +126,19 @@ void Model::forward(ThreadPool& pool, const ForwardBatch& batch, KvStorage& kv, 
     if (arch_->latent_attention) {
       float* h = ws.get(Buffer::Normed, n_act);  // [n_tok, n_embd] normalised input of the block
       ops::rmsnorm(pool, x, attn_in.norm_weight, h, n_tok, E, hp.rms_eps);
-      layers::attention_mla(pool, packed_, hp, *arch_, L, rope, batch, kv.layer(il), h, y);
+      layers::attention_mla(pool, packed_, hp, *arch_, L, rope, batch, kv.layer(il), h, x);
     } else {
-      layers::attention(pool, packed_, hp, *arch_, L, rope, batch, kv.layer(il), attn_in, y, ws);
+      layers::attention(pool, packed_, hp, *arch_, L, rope, batch, kv.layer(il), attn_in, x, ws);
     }
-    ops::add(x, y, n_act);
     const ops::MatmulInput ffn_in{x, reinterpret_cast<const float*>(L.ffn_norm->data), hp.rms_eps};
     if (L.ffn_router) {
       float* h = ws.get(Buffer::Normed, n_act);  // [n_tok, n_embd] normalised input of the block
       ops::rmsnorm(pool, x, ffn_in.norm_weight, h, n_tok, E, hp.rms_eps);
-      layers::ffn_moe(pool, packed_, hp, L, h, y, n_tok, ws);
+      layers::ffn_moe(pool, packed_, hp, L, h, x, n_tok, ws);
     } else {
       layers::ffn_dense(pool, packed_.matrix(*L.ffn_gate), packed_.matrix(*L.ffn_up), packed_.matrix(*L.ffn_down),
-                        ffn_in, y, n_tok, ws);
+                        ffn_in, x, n_tok, ws, ops::Accumulate::Yes);
     }
-    ops::add(x, y, n_act);
   }
 
   const int n_out = static_cast<int>(batch.logits_rows.size());

@@ -11,7 +11,7 @@ namespace kestrel {
 
 class ForwardWorkspace {
  public:
-  enum class Buffer { Residual, Normed, BlockOut, Q, K, V, AttnOut, Gate, Up, Last, Count };
+  enum class Buffer { Residual, Normed, Q, K, V, AttnOut, Gate, Up, Last, Count };
 
   // At least n floats for `buffer`; the contents are whatever its previous user left there.
   float* get(Buffer buffer, size_t n) {

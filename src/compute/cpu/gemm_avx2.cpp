@@ -55,8 +55,10 @@ void half_tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
       acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_set1_ps(xb.d)), acc[t]);
     }
   }
-  for (int t = 0; t < T; ++t)
-    _mm256_storeu_ps(y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16 + 8 * half, acc[t]);
+  for (int t = 0; t < T; ++t) {
+    float* yt = y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16 + 8 * half;
+    _mm256_storeu_ps(yt, w.accumulate ? _mm256_add_ps(_mm256_loadu_ps(yt), acc[t]) : acc[t]);
+  }
 }
 
 template <PackedLayout L>

@@ -21,6 +21,11 @@ inline const uint8_t* block_ahead(const uint8_t* blk, size_t b, size_t ahead, si
   return after ? after + (b + ahead - nb) * block_bytes : nullptr;
 }
 
+// Puts one token's 16 row results at y: written, or added to what is there (PackedView::accumulate).
+inline void store_rows(const PackedView& w, float* y, __m512 rows) {
+  _mm512_storeu_ps(y, w.accumulate ? _mm512_add_ps(_mm512_loadu_ps(y), rows) : rows);
+}
+
 template <PackedLayout L, int T>
 void tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, const uint8_t* after) {
   constexpr int kOffset = L == PackedLayout::Q4_0x16 ? 8 : 128;  // stored value minus this = quantized weight
@@ -56,7 +61,7 @@ void tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int6
                                acc[t]);
     }
   }
-  for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16, acc[t]);
+  for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16, acc[t]);
 }
 
 // Super-blocks are large (2368 / 3360 bytes for 16 rows): even one token has too few of them in the
@@ -109,7 +114,7 @@ void tile_q4_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
     const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32)));
     for (int t = 0; t < T; ++t) acc[t] = _mm512_fmadd_ps(d, sb[t], _mm512_fnmadd_ps(dmin, sb_min[t], acc[t]));
   }
-  for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16, acc[t]);
+  for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16, acc[t]);
 }
 
 template <int T>
@@ -153,7 +158,7 @@ void tile_q6_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
       }
     }
   }
-  for (int t = 0; t < T; ++t) _mm512_storeu_ps(y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16, acc[t]);
+  for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16, acc[t]);
 }
 
 template <PackedLayout L, int T>

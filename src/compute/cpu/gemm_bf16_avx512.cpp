@@ -33,8 +33,11 @@ void tile(PackedView w, const uint16_t* xb, size_t n_in, float* y, size_t ys, in
       }
     }
   }
-  for (int t = 0; t < T; ++t)
-    _mm512_storeu_ps(y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16, _mm512_add_ps(acc[t][0], acc[t][1]));
+  for (int t = 0; t < T; ++t) {
+    float* yt = y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16;
+    const __m512 rows = _mm512_add_ps(acc[t][0], acc[t][1]);
+    _mm512_storeu_ps(yt, w.accumulate ? _mm512_add_ps(_mm512_loadu_ps(yt), rows) : rows);
+  }
 }
 
 void gemm(PackedView w, const uint16_t* xb, int n_tok, float* y, size_t ys, int64_t group_begin, int64_t group_end) {

@@ -76,17 +76,19 @@ class PassInput {
 // y[n_tok, p.n_out] rows of groups [begin, end) of one packed matrix; `next`: the bytes the thread streams
 // after them (see PackedView::next).
 void packed_groups(const PackedMatrix& p, const BlockQ8A* xq, int n_tok, float* y, size_t begin, size_t end,
-                   const uint8_t* next) {
+                   const uint8_t* next, bool accumulate = false) {
   PackedView view = p.view();
   view.next = next;
+  view.accumulate = accumulate;
   packed_gemm_kernel(p.layout, detected_isa())(view, xq, n_tok, y, static_cast<size_t>(p.n_out),
                                                static_cast<int64_t>(begin), static_cast<int64_t>(end));
 }
 
 // Packed integer GEMM for matrices sharing one input: the input is quantized once, and one parallel pass
 // walks the row groups of all matrices, so the threads meet once instead of once per matrix.
+// accumulate: ys[i] += the products instead.
 void packed_q8_gemm(ThreadPool& pool, std::span<const WeightMatrix> ws, const MatmulInput& in,
-                    std::span<float* const> ys, int n_tok) {
+                    std::span<float* const> ys, int n_tok, bool accumulate = false) {
   PassInput input(pool, in, static_cast<size_t>(ws[0].n_in), n_tok);
   std::vector<size_t> first_group(ws.size() + 1, 0);  // [n_matrices + 1] prefix sums of group counts
   for (size_t i = 0; i < ws.size(); ++i) first_group[i + 1] = first_group[i] + static_cast<size_t>(ws[i].packed->n_groups());
@@ -97,7 +99,7 @@ void packed_q8_gemm(ThreadPool& pool, std::span<const WeightMatrix> ws, const Ma
       if (b >= e) continue;
       const uint8_t* next_matrix = i + 1 < ws.size() ? ws[i + 1].packed->data.get() : nullptr;
       packed_groups(*ws[i].packed, xq, n_tok, ys[i], b - first_group[i], e - first_group[i],
-                    ws[i].packed->after_group(static_cast<int64_t>(e - first_group[i]), next_matrix));
+                    ws[i].packed->after_group(static_cast<int64_t>(e - first_group[i]), next_matrix), accumulate);
     }
   });
 }
@@ -150,9 +152,10 @@ void matmul_swiglu(ThreadPool& pool, const WeightMatrix& gate, const WeightMatri
                             });
 }
 
-void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, float* y, int n_tok) {
+void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, float* y, int n_tok, Accumulate accumulate) {
   const size_t n_in = static_cast<size_t>(w.n_in);
   const size_t n_out = static_cast<size_t>(w.n_out);
+  const bool add_into_y = accumulate == Accumulate::Yes;
   if (w.packed && w.packed->layout == PackedLayout::BF16x16) {
     // F16/BF16 weights packed as BF16: activations to BF16 once, then the BF16 dot-product GEMM.
     std::vector<uint16_t> xb(static_cast<size_t>(n_tok) * n_in);  // [n_tok, n_in] bf16 bits
@@ -164,13 +167,19 @@ void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, float* y, i
     pool.parallel_for_dynamic(n_groups, kMinGroupsPerTake, [&](size_t begin, size_t end, int) {
       PackedView view = w.packed->view();
       view.next = w.packed->after_group(static_cast<int64_t>(end), nullptr);
+      view.accumulate = add_into_y;
       gemm(view, xb.data(), n_tok, y, n_out, static_cast<int64_t>(begin), static_cast<int64_t>(end));
     });
     return;
   }
   if (packed_q8(w)) {
     float* const outputs[1] = {y};
-    return packed_q8_gemm(pool, std::span<const WeightMatrix>(&w, 1), MatmulInput{x}, outputs, n_tok);
+    return packed_q8_gemm(pool, std::span<const WeightMatrix>(&w, 1), MatmulInput{x}, outputs, n_tok, add_into_y);
+  }
+  if (add_into_y) {  // the row-dot paths write their rows: into a scratch, then added
+    std::vector<float> product(static_cast<size_t>(n_tok) * n_out);  // [n_tok, n_out]
+    matmul(pool, w, x, product.data(), n_tok);
+    return add(y, product.data(), product.size());
   }
   if (const DotQ8Fn dot_q8 = dot_q8_kernel(w.type)) {
     // Quantized weights: activations to 8-bit blocks once, then integer dots. Rows are walked in tiles

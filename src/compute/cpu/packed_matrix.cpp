@@ -186,7 +186,8 @@ void reference(PackedView w, const BlockQ8A* xq, int n_tok, float* y, size_t y_s
             sum += static_cast<double>(weights[k]) * xb.d * xb.qs[k % 32];
           }
         }
-        y[static_cast<size_t>(t) * y_stride + static_cast<size_t>(g) * PackedMatrix::kRows + i] = static_cast<float>(sum);
+        float& out = y[static_cast<size_t>(t) * y_stride + static_cast<size_t>(g) * PackedMatrix::kRows + i];
+        out = w.accumulate ? out + static_cast<float>(sum) : static_cast<float>(sum);
       }
 }
 }  // namespace
@@ -204,7 +205,8 @@ void packed_gemm_bf16_reference(PackedView w, const uint16_t* xb, int n_tok, flo
           for (int k = 0; k < 32; ++k)
             sum += static_cast<double>(weights[k]) * bf16_to_fp32(xb[static_cast<size_t>(t) * nb * 32 + b * 32 + k]);
         }
-        y[static_cast<size_t>(t) * y_stride + static_cast<size_t>(g) * PackedMatrix::kRows + i] = static_cast<float>(sum);
+        float& out = y[static_cast<size_t>(t) * y_stride + static_cast<size_t>(g) * PackedMatrix::kRows + i];
+        out = w.accumulate ? out + static_cast<float>(sum) : static_cast<float>(sum);
       }
 }
 

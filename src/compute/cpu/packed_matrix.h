@@ -40,6 +40,7 @@ struct PackedView {
   // head of the next matrix of its pass), or null: the kernels' software prefetch runs on into them
   // instead of stopping, so a new stream does not start cold. Null: no prefetch past the last group.
   const uint8_t* next = nullptr;
+  bool accumulate = false;  // add the products into y (y += W x, e.g. into the residual stream) instead of writing them
 };
 
 struct PackedMatrix {
