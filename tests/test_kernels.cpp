@@ -26,6 +26,21 @@ std::vector<float> random_vector(size_t n, uint32_t seed, float scale = 1.0f) {
   return v;
 }
 
+// Every slot of kv's pages (k_dim == v_dim) set to N(0, 1) values: K from seed_k, V from seed_v, in (block,
+// head, offset, dim) order.
+void fill_pages(const KvLayerView& kv, uint32_t seed_k, uint32_t seed_v) {
+  const size_t n = static_cast<size_t>(kv.n_blocks) * kv.n_kv_heads * kv.block_size * kv.k_dim;
+  const auto kvals = random_vector(n, seed_k), vvals = random_vector(n, seed_v);
+  for (int32_t blk = 0; blk < kv.n_blocks; ++blk)
+    for (int h = 0; h < kv.n_kv_heads; ++h)
+      for (int o = 0; o < kv.block_size; ++o)
+        for (int d = 0; d < kv.k_dim; ++d) {
+          const size_t i = ((static_cast<size_t>(blk) * kv.n_kv_heads + h) * kv.block_size + o) * kv.k_dim + d;
+          kv.set_k(blk, h, o, d, kvals[i]);
+          kv.set_v(blk, h, o, d, vvals[i]);
+        }
+}
+
 std::vector<uint8_t> quantized(DType type, const std::vector<float>& values, size_t n_in) {
   std::vector<uint8_t> bytes(row_bytes(type, n_in) * (values.size() / n_in));
   for (size_t r = 0; r < values.size() / n_in; ++r)
@@ -410,15 +425,8 @@ TEST(Kernels, AttentionStoringRowsEqualsStoreThenAttend) {
       std::vector<uint8_t> k_first(bytes), v_first(bytes), k_inside(bytes), v_inside(bytes);
       const KvLayerView first{k_first.data(), v_first.data(), type, true, bs, n_kv, hd, hd, hd, n_blocks};
       const KvLayerView inside{k_inside.data(), v_inside.data(), type, true, bs, n_kv, hd, hd, hd, n_blocks};
-      // Earlier keys of every sequence, the same in both caches.
-      const auto old_k = random_vector(bytes, 24), old_v = random_vector(bytes, 25);
-      for (int32_t blk = 0; blk < n_blocks; ++blk)
-        for (int h = 0; h < n_kv; ++h)
-          for (int o = 0; o < bs; ++o)
-            for (int d = 0; d < hd; ++d) {
-              const size_t i = ((static_cast<size_t>(blk) * n_kv + h) * bs + o) * hd + d;
-              for (const KvLayerView* kv : {&first, &inside}) kv->set_k(blk, h, o, d, old_k[i]), kv->set_v(blk, h, o, d, old_v[i]);
-            }
+      fill_pages(first, 24, 25);  // earlier keys of every sequence, the same in both caches
+      fill_pages(inside, 24, 25);
       const AttentionRows rows{batch.positions, batch.tables};
       const auto q = random_vector(static_cast<size_t>(n_tok) * n_heads * hd, 26, 0.3f);
       const auto k = random_vector(static_cast<size_t>(n_tok) * n_kv * hd, 27), v = random_vector(k.size(), 28);
@@ -449,15 +457,7 @@ TEST(Kernels, PagedAttentionMatchesFullSoftmax) {
     const size_t elems = static_cast<size_t>(n_blocks) * n_kv * bs * hd, bytes = elems * (type == KvType::F16 ? 2 : 4);
     std::vector<uint8_t> k(bytes), v(bytes);
     KvLayerView kv{k.data(), v.data(), type, true, bs, n_kv, hd, hd, hd, n_blocks};
-    const auto kvals = random_vector(elems, 21), vvals = random_vector(elems, 22);
-    for (int32_t blk = 0; blk < n_blocks; ++blk)
-      for (int h = 0; h < n_kv; ++h)
-        for (int o = 0; o < bs; ++o)
-          for (int d = 0; d < hd; ++d) {
-            const size_t i = ((static_cast<size_t>(blk) * n_kv + h) * bs + o) * hd + d;
-            kv.set_k(blk, h, o, d, kvals[i]);
-            kv.set_v(blk, h, o, d, vvals[i]);
-          }
+    fill_pages(kv, 21, 22);
     std::vector<int32_t> table_a(n_blocks);
     for (int i = 0; i < n_blocks; ++i) table_a[static_cast<size_t>(i)] = (i * 7 + 3) % n_blocks;  // scattered
     const std::vector<int32_t> table_b = {1, 11, 3, 40};
