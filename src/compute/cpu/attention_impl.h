@@ -175,7 +175,11 @@ void attend_chunk(const AttendArgs& a, int g0) {
         const T* v0 = vbase + (page * bs + pos % bs) * a.v_stride;
         for (int r = 0; r < page_keys; ++r) vrow[t * B + j + r] = v0 + static_cast<size_t>(r) * a.v_stride;
       }
-      AheadPrefetch ahead(a, sizeof(T), start + kAttendPrefetchTiles * B, B, page_keys, d);
+      // The tile kAttendPrefetchTiles on; while the first tile is scored (its own pages come cold), all
+      // the tiles up to there, so that only the first tile of an item waits for memory.
+      const bool first_tile = start == 0;
+      AheadPrefetch ahead(a, sizeof(T), first_tile ? B : start + kAttendPrefetchTiles * B,
+                          first_tile ? kAttendPrefetchTiles * B : B, page_keys, d);
       // Scores: one vector op per dimension covers a vector's keys for one head.
       vec s[GC][NV];
       for (int g = 0; g < GC; ++g)
