@@ -64,7 +64,7 @@ void tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int6
   for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16, acc[t]);
 }
 
-// Super-blocks are large (2368 / 3360 bytes for 16 rows): even one token has too few of them in the
+// Super-blocks are large (2304 / 3360 bytes for 16 rows): even one token has too few of them in the
 // out-of-order window, so they are prefetched kPrefetchSuperBlocks ahead, an eighth per 32-input step
 // (a burst of 40-odd prefetches at once would stall on the core's miss buffers).
 constexpr size_t kPrefetchSuperBlocks = 2;  // measured against 1, 3 (the old burst) and 5
@@ -72,6 +72,24 @@ inline void prefetch_superblock_part(const uint8_t* block, size_t block_bytes, i
   if (!block) return;
   const size_t lines = (block_bytes + 63) / 64, begin = lines * part / 8, end = lines * (part + 1) / 8;
   for (size_t line = begin; line < end; ++line) _mm_prefetch(reinterpret_cast<const char*>(block + 64 * line), _MM_HINT_T0);
+}
+
+// Sub-block j's scale and min of 16 rows from their packed 6-bit codes: scales[k][16] holds byte k of
+// each row's 12 (the file's layout: for j < 4 the low 6 bits of bytes j and j + 4, beyond that 4 bits from
+// byte j + 4 and the top 2 bits of bytes j - 4 and j).
+inline void q4_k_scale_min_x16(const uint8_t* scales, int j, __m128i& sc, __m128i& mn) {
+  const auto row_bytes = [&](int k) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 16 * k)); };
+  const __m128i low6 = _mm_set1_epi8(63), low4 = _mm_set1_epi8(0xF), low2 = _mm_set1_epi8(3);
+  if (j < 4) {
+    sc = _mm_and_si128(row_bytes(j), low6);
+    mn = _mm_and_si128(row_bytes(j + 4), low6);
+    return;
+  }
+  const __m128i both = row_bytes(j + 4);
+  const __m128i sc_high = _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(row_bytes(j - 4), 6), low2), 4);
+  const __m128i mn_high = _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(row_bytes(j), 6), low2), 4);
+  sc = _mm_or_si128(_mm_and_si128(both, low4), sc_high);
+  mn = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(both, 4), low4), mn_high);
 }
 
 // K-quant tiles: one block is a 256-input super-block, eight 32-input activation blocks.
@@ -90,11 +108,13 @@ void tile_q4_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
     for (int t = 0; t < T; ++t) sb[t] = sb_min[t] = _mm512_setzero_ps();
     for (int j = 0; j < 8; ++j) {
       prefetch_superblock_part(ahead, w.block_bytes, j);
-      const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 64 + 16 * j))));
-      const __m512 mn = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192 + 16 * j))));
+      __m128i sc8, mn8;  // sub-block j's 6-bit scale and min of the 16 rows
+      q4_k_scale_min_x16(blk + 64, j, sc8, mn8);
+      const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sc8));
+      const __m512 mn = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(mn8));
       __m512i q[8];
       for (int k = 0; k < 4; ++k) {
-        const __m512i packed = _mm512_loadu_si512(blk + 320 + 256 * j + 64 * k);
+        const __m512i packed = _mm512_loadu_si512(blk + 256 + 256 * j + 64 * k);
         q[k] = _mm512_and_si512(packed, m4);
         q[k + 4] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), m4);
       }

@@ -62,7 +62,7 @@ std::optional<PackedMatrix> PackedMatrix::pack(const WeightMatrix& w) {
   switch (w.type) {
     case DType::Q4_0: p.layout = PackedLayout::Q4_0x16; p.block_inputs = 32; p.block_bytes = 32 + 256; break;
     case DType::Q8_0: p.layout = PackedLayout::Q8_0x16; p.block_inputs = 32; p.block_bytes = 32 + 512; break;
-    case DType::Q4_K: p.layout = PackedLayout::Q4_Kx16; p.block_inputs = 256; p.block_bytes = 2368; break;
+    case DType::Q4_K: p.layout = PackedLayout::Q4_Kx16; p.block_inputs = 256; p.block_bytes = 2304; break;
     case DType::Q6_K: p.layout = PackedLayout::Q6_Kx16; p.block_inputs = 256; p.block_bytes = 3360; break;
     case DType::F16:
     case DType::BF16: p.layout = PackedLayout::BF16x16; p.block_inputs = 32; p.block_bytes = 1024; break;
@@ -95,10 +95,10 @@ std::optional<PackedMatrix> PackedMatrix::pack(const WeightMatrix& w) {
             const auto* blk = reinterpret_cast<const BlockQ4_K*>(row_block(i));
             halves[i] = blk->d;
             halves[16 + i] = blk->dmin;
-            for (int j = 0; j < 8; ++j) q4_k_scale_min(j, blk->scales, out[64 + j * 16 + i], out[192 + j * 16 + i]);
+            for (int k = 0; k < 12; ++k) out[64 + k * 16 + i] = blk->scales[k];
           }
           for (int j = 0; j < 8; ++j)
-            write_nibble_tile(out + 320 + 256 * j, [&](int i, int k) {
+            write_nibble_tile(out + 256 + 256 * j, [&](int i, int k) {
               return q4_k_value(*reinterpret_cast<const BlockQ4_K*>(row_block(i)), 32 * j + k);
             });
           break;
@@ -148,13 +148,17 @@ void unpack_block_row(PackedLayout layout, const uint8_t* blk, int i, float* out
     case PackedLayout::Q8_0x16:
       for (int k = 0; k < 32; ++k) out[k] = fp16_to_fp32(halves[i]) * (blk[32 + k / 4 * 64 + i * 4 + k % 4] - 128);
       break;
-    case PackedLayout::Q4_Kx16:
+    case PackedLayout::Q4_Kx16: {
+      uint8_t scales[12];  // row i's packed 6-bit scales and mins, as in the file
+      for (int k = 0; k < 12; ++k) scales[k] = blk[64 + k * 16 + i];
       for (int e = 0; e < 256; ++e) {
-        const int j = e / 32;
-        out[e] = fp16_to_fp32(halves[i]) * blk[64 + j * 16 + i] * nibble_tile_value(blk + 320 + 256 * j, i, e % 32) -
-                 fp16_to_fp32(halves[16 + i]) * blk[192 + j * 16 + i];
+        uint8_t sc = 0, m = 0;
+        q4_k_scale_min(e / 32, scales, sc, m);
+        out[e] = fp16_to_fp32(halves[i]) * sc * nibble_tile_value(blk + 256 + 256 * (e / 32), i, e % 32) -
+                 fp16_to_fp32(halves[16 + i]) * m;
       }
       break;
+    }
     case PackedLayout::Q6_Kx16:
       for (int e = 0; e < 256; ++e) {
         const int j = e / 32, k = e % 32, g = k / 4;

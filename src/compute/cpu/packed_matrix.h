@@ -9,8 +9,9 @@
 // q[4g+16+j] in its high nibble.
 //   Q4_0x16 (32 inputs):  fp16 d[16]; nibble tile (q in 0..15, w = d * (q - 8)).                  288 bytes
 //   Q8_0x16 (32 inputs):  fp16 d[16]; 8 x 64 bytes, byte (g, row, j) = q[4g+j] + 128 (w = d * q).  544 bytes
-//   Q4_Kx16 (256 inputs): fp16 d[16], fp16 dmin[16], u8 sc[8][16], u8 m[8][16], then a nibble tile per
-//                         32-input sub-block (w = d * sc * q - dmin * m).                          2368 bytes
+//   Q4_Kx16 (256 inputs): fp16 d[16], fp16 dmin[16], u8 scales[12][16] (each row's 12 bytes of 6-bit
+//                         sub-block scales and mins, packed as in the file), then a nibble tile per
+//                         32-input sub-block (w = d * sc * q - dmin * m).                          2304 bytes
 //   Q6_Kx16 (256 inputs): fp16 d[16], i8 sc[16][16] (per 16 inputs), a nibble tile of the low 4 bits per
 //                         32 inputs, then per 32 inputs 2 x 64 bytes of high 2-bit pairs: byte (h, row, j)
 //                         holds k-groups h, h+2, h+4, h+6 at bits 0, 2, 4, 6 (w = d * sc * (q - 32)). 3360 bytes
