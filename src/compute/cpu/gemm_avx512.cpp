@@ -74,22 +74,19 @@ inline void prefetch_superblock_part(const uint8_t* block, size_t block_bytes, i
   for (size_t line = begin; line < end; ++line) _mm_prefetch(reinterpret_cast<const char*>(block + 64 * line), _MM_HINT_T0);
 }
 
-// Sub-block j's scale and min of 16 rows from their packed 6-bit codes: scales[k][16] holds byte k of
-// each row's 12 (the file's layout: for j < 4 the low 6 bits of bytes j and j + 4, beyond that 4 bits from
-// byte j + 4 and the top 2 bits of bytes j - 4 and j).
-inline void q4_k_scale_min_x16(const uint8_t* scales, int j, __m128i& sc, __m128i& mn) {
-  const auto row_bytes = [&](int k) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 16 * k)); };
-  const __m128i low6 = _mm_set1_epi8(63), low4 = _mm_set1_epi8(0xF), low2 = _mm_set1_epi8(3);
-  if (j < 4) {
-    sc = _mm_and_si128(row_bytes(j), low6);
-    mn = _mm_and_si128(row_bytes(j + 4), low6);
-    return;
-  }
-  const __m128i both = row_bytes(j + 4);
-  const __m128i sc_high = _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(row_bytes(j - 4), 6), low2), 4);
-  const __m128i mn_high = _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(row_bytes(j), 6), low2), 4);
-  sc = _mm_or_si128(_mm_and_si128(both, low4), sc_high);
-  mn = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(both, 4), low4), mn_high);
+// The 8 sub-blocks' scales and mins of 16 rows, out[0][j] and out[1][j], decoded from their packed 6-bit
+// codes: scales[k][16] holds byte k of each row's 12 (the file's layout: for j < 4 the low 6 bits of bytes
+// j and j + 4; beyond that 4 bits from byte j + 4 and the top 2 bits of bytes j - 4 and j). Four
+// sub-blocks per 512-bit operation, once per super-block.
+inline void q4_k_scales_mins_x16(const uint8_t* scales, uint8_t (*out)[8][16]) {
+  const __m512i codes0 = _mm512_loadu_si512(scales), codes1 = _mm512_loadu_si512(scales + 64);  // bytes 0-3, 4-7
+  const __m512i codes2 = _mm512_loadu_si512(scales + 128);                                       // bytes 8-11
+  const __m512i low6 = _mm512_set1_epi8(63), low4 = _mm512_set1_epi8(0xF), low2 = _mm512_set1_epi8(3);
+  const auto top2 = [&](__m512i x) { return _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(x, 6), low2), 4); };
+  _mm512_storeu_si512(out[0][0], _mm512_and_si512(codes0, low6));
+  _mm512_storeu_si512(out[1][0], _mm512_and_si512(codes1, low6));
+  _mm512_storeu_si512(out[0][4], _mm512_or_si512(_mm512_and_si512(codes2, low4), top2(codes0)));
+  _mm512_storeu_si512(out[1][4], _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(codes2, 4), low4), top2(codes1)));
 }
 
 // K-quant tiles: one block is a 256-input super-block, eight 32-input activation blocks.
@@ -106,12 +103,12 @@ void tile_q4_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
     // once at the end (the min sums accumulate apart, off the main dependency chain).
     __m512 sb[T], sb_min[T];
     for (int t = 0; t < T; ++t) sb[t] = sb_min[t] = _mm512_setzero_ps();
+    alignas(64) uint8_t scales_mins[2][8][16];  // [scale | min][sub-block][row]
+    q4_k_scales_mins_x16(blk + 64, scales_mins);
     for (int j = 0; j < 8; ++j) {
       prefetch_superblock_part(ahead, w.block_bytes, j);
-      __m128i sc8, mn8;  // sub-block j's 6-bit scale and min of the 16 rows
-      q4_k_scale_min_x16(blk + 64, j, sc8, mn8);
-      const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sc8));
-      const __m512 mn = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(mn8));
+      const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(scales_mins[0][j]))));
+      const __m512 mn = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(scales_mins[1][j]))));
       __m512i q[8];
       for (int k = 0; k < 4; ++k) {
         const __m512i packed = _mm512_loadu_si512(blk + 256 + 256 * j + 64 * k);
