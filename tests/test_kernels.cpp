@@ -394,10 +394,10 @@ TEST(Kernels, KvStoreWithRopeEqualsRopeThenStore) {
     std::vector<float> plain_k(fused_k.size()), plain_v(fused_k.size());
     const KvLayerView fused{fused_k.data(), fused_v.data(), KvType::F32, true, bs, n_kv, hd, hd, hd, n_blocks};
     const KvLayerView plain{plain_k.data(), plain_v.data(), KvType::F32, true, bs, n_kv, hd, hd, hd, n_blocks};
-    ops::kv_store(fused, rows, k.data(), v.data(), n_tok, &rope, style);
+    ops::kv_store(fused, rows, ops::KvWrite{k.data(), v.data(), &rope, style}, n_tok);
     std::vector<float> rotated = k;
     ops::rope(rotated.data(), rope, n_kv, hd, style);
-    ops::kv_store(plain, rows, rotated.data(), v.data(), n_tok);
+    ops::kv_store(plain, rows, ops::KvWrite{rotated.data(), v.data()}, n_tok);
     EXPECT_EQ(fused_k, plain_k);
     EXPECT_EQ(fused_v, plain_v);
     EXPECT_EQ(std::count_if(fused_k.begin(), fused_k.end(), [](float x) { return x != 0.0f; }), n_tok * n_kv * hd);
@@ -432,7 +432,7 @@ TEST(Kernels, AttentionStoringRowsEqualsStoreThenAttend) {
       const auto k = random_vector(static_cast<size_t>(n_tok) * n_kv * hd, 27), v = random_vector(k.size(), 28);
       const ops::RopeTable rope = ops::rope_table(batch.positions, hd, 10000.0f);
       std::vector<float> want(q.size()), got(q.size());
-      ops::kv_store(first, rows, k.data(), v.data(), n_tok, &rope, RopeStyle::NeoX);
+      ops::kv_store(first, rows, ops::KvWrite{k.data(), v.data(), &rope, RopeStyle::NeoX}, n_tok);
       ops::attention_paged(pool, q.data(), first, rows, want.data(), n_tok, n_heads, 0.125f);
       const ops::KvWrite write{k.data(), v.data(), &rope, RopeStyle::NeoX};
       ops::attention_paged(pool, q.data(), inside, rows, got.data(), n_tok, n_heads, 0.125f, &write);

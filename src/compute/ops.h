@@ -148,7 +148,7 @@ void silu_mul(ThreadPool& pool, float* gate, const float* up, size_t n);
 // In-place softmax over n values.
 void softmax(float* x, int n);
 
-// The K/V rows of a batch's tokens to be written into their slots (as kv_store's arguments).
+// The K/V rows of a batch's tokens to be written into their slots.
 struct KvWrite {
   const float* k = nullptr;              // [n_tok, n_kv_heads, k_dim]
   const float* v = nullptr;              // [n_tok, n_kv_heads, v_dim], or null when V lives inside K
@@ -156,11 +156,9 @@ struct KvWrite {
   RopeStyle style = RopeStyle::Interleaved;
 };
 
-// Writes the K/V rows of n_tok tokens into their slots. k: [n_tok, n_kv_heads, k_dim],
-// v: [n_tok, n_kv_heads, v_dim] (ignored, may be null, when V lives inside K).
-// With k_rope, each K row is rotated (RoPE, `style`) as it is written, so k itself stays unrotated.
-void kv_store(const KvLayerView& kv, const AttentionRows& rows, const float* k, const float* v, int n_tok,
-              const RopeTable* k_rope = nullptr, RopeStyle style = RopeStyle::Interleaved);
+// Writes the K/V rows of n_tok tokens (w.k, w.v) into their slots; with w.k_rope, each K row is rotated
+// (RoPE, w.style) as it is written, so w.k itself stays unrotated.
+void kv_store(const KvLayerView& kv, const AttentionRows& rows, const KvWrite& w, int n_tok);
 
 // Causal attention over the paged cache with an online softmax, one key block at a time; the score
 // matrix is never materialised. q: [n_tok, n_heads, k_dim], out: [n_tok, n_heads, v_dim].

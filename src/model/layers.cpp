@@ -88,7 +88,7 @@ void attention_mla(ThreadPool& pool, const PackedWeights& pw, const HParams& hp,
     }
   }
   const AttentionRows rows{batch.positions, batch.block_tables};
-  ops::kv_store(kv, rows, latent.data(), nullptr, n_tok);
+  ops::kv_store(kv, rows, ops::KvWrite{latent.data()}, n_tok);
   std::vector<float> ctx(static_cast<size_t>(n_tok) * H * R);  // [n_tok, H, R] attention output in latent space
   ops::attention_paged(pool, q_abs.data(), kv, rows, ctx.data(), n_tok, H, 1.0f / std::sqrt(float(hd)));
 

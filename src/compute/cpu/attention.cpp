@@ -96,10 +96,14 @@ void attention_generic(ThreadPool& pool, const float* q, const KvLayerView& kv, 
 
 // Whether no two tokens belong to one sequence (share a block table), so the pass can store each
 // (token, KV head) row right before attending with it: no token reads a slot another task writes.
+// All pairs, stopping at the first shared table: a sequence's tokens sit together in a batch, so a prefill
+// chunk stops at its second token, and only decode batches (one token per sequence, few) are compared whole.
 bool tokens_in_distinct_sequences(const AttentionRows& rows) {
-  std::vector<const int32_t*> tables(rows.block_tables.begin(), rows.block_tables.end());
-  std::sort(tables.begin(), tables.end());
-  return std::adjacent_find(tables.begin(), tables.end()) == tables.end();
+  const auto& tables = rows.block_tables;
+  for (size_t i = 1; i < tables.size(); ++i)
+    for (size_t j = i; j-- > 0;)
+      if (tables[j] == tables[i]) return false;
+  return true;
 }
 
 }  // namespace
@@ -113,7 +117,7 @@ void attention_paged(ThreadPool& pool, const float* q, const KvLayerView& kv, co
                     kv.k_dim % 2 == 0;
   const AttendFn attend_fn = fast ? attend_kernel(kv.type) : nullptr;
   if (write && !(attend_fn && tokens_in_distinct_sequences(rows))) {
-    kv_store(kv, rows, write->k, write->v, n_tok, write->k_rope, write->style);
+    kv_store(kv, rows, *write, n_tok);
     write = nullptr;
   }
   if (!attend_fn) return attention_generic(pool, q, kv, rows, out, n_tok, n_heads, scale);

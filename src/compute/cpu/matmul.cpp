@@ -77,10 +77,7 @@ class PassInput {
 // after them (see PackedView::next).
 void packed_groups(const PackedMatrix& p, const BlockQ8A* xq, int n_tok, float* y, size_t begin, size_t end,
                    const uint8_t* next, bool accumulate = false) {
-  PackedView view = p.view();
-  view.next = next;
-  view.accumulate = accumulate;
-  packed_gemm_kernel(p.layout, detected_isa())(view, xq, n_tok, y, static_cast<size_t>(p.n_out),
+  packed_gemm_kernel(p.layout, detected_isa())(p.view(next, accumulate), xq, n_tok, y, static_cast<size_t>(p.n_out),
                                                static_cast<int64_t>(begin), static_cast<int64_t>(end));
 }
 
@@ -165,10 +162,7 @@ void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, float* y, i
     const PackedGemmBf16Fn gemm = packed_gemm_bf16_kernel(detected_isa());
     const size_t n_groups = static_cast<size_t>(w.packed->n_groups());
     pool.parallel_for_dynamic(n_groups, kMinGroupsPerTake, [&](size_t begin, size_t end, int) {
-      PackedView view = w.packed->view();
-      view.next = w.packed->after_group(static_cast<int64_t>(end), nullptr);
-      view.accumulate = add_into_y;
-      gemm(view, xb.data(), n_tok, y, n_out, static_cast<int64_t>(begin), static_cast<int64_t>(end));
+      gemm(w.packed->view(w.packed->after_group(static_cast<int64_t>(end), nullptr), add_into_y), xb.data(), n_tok, y, n_out, static_cast<int64_t>(begin), static_cast<int64_t>(end));
     });
     return;
   }

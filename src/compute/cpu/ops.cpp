@@ -160,9 +160,7 @@ void kv_store_head(const KvLayerView& kv, const AttentionRows& rows, const KvWri
   }
 }
 
-void kv_store(const KvLayerView& kv, const AttentionRows& rows, const float* k, const float* v, int n_tok,
-              const RopeTable* k_rope, RopeStyle style) {
-  const KvWrite w{k, v, k_rope, style};
+void kv_store(const KvLayerView& kv, const AttentionRows& rows, const KvWrite& w, int n_tok) {
   std::vector<float> scratch(static_cast<size_t>(kv.k_dim));  // [k_dim] one K row after RoPE
   for (int t = 0; t < n_tok; ++t)
     for (int h = 0; h < kv.n_kv_heads; ++h) kv_store_head(kv, rows, w, t, h, scratch.data());

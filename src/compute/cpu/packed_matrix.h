@@ -59,7 +59,10 @@ struct PackedMatrix {
     return data.get() + (static_cast<size_t>(group) * static_cast<size_t>(n_blocks()) + static_cast<size_t>(b)) * block_bytes;
   }
   size_t bytes() const { return static_cast<size_t>(n_groups() * n_blocks()) * block_bytes; }
-  PackedView view() const { return {data.get(), n_blocks(), block_bytes}; }
+  // The kernels' view; `next` and `accumulate` as in PackedView.
+  PackedView view(const uint8_t* next = nullptr, bool accumulate = false) const {
+    return {data.get(), n_blocks(), block_bytes, next, accumulate};
+  }
   // What a thread walking the groups in order streams after group end - 1: group `end`, or past the last
   // group `then` (for PackedView::next).
   const uint8_t* after_group(int64_t end, const uint8_t* then) const { return end < n_groups() ? block(end, 0) : then; }
