@@ -1,6 +1,7 @@
 // The command line: usage errors are clear and non-zero; subcommands work end to end on a generated model.
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -21,6 +22,40 @@ TEST(Cli, UsageErrors) {
   EXPECT_NE(test::run_command(kestrel_cmd("frobnicate 2>&1"), out), 0);
   EXPECT_NE(test::run_command(kestrel_cmd("make-model -o /tmp/x.gguf --type q9_9 2>&1"), out), 0);
   EXPECT_NE(out.find("q9_9"), std::string::npos) << out;
+}
+
+// The README's example commands for scripts/run.sh, run as written (with the built binary): the user's
+// flags override the script's defaults.
+TEST(Cli, ReadmeRunExamples) {
+  std::ifstream readme(std::string(KESTREL_SOURCE_DIR) + "/README.md");
+  ASSERT_TRUE(readme.good());
+  const std::string text((std::istreambuf_iterator<char>(readme)), std::istreambuf_iterator<char>());
+  std::vector<std::string> examples;
+  for (size_t at = 0; (at = text.find("`bash scripts/run.sh ", at)) != std::string::npos; ++at)
+    examples.push_back(text.substr(at + 1, text.find('`', at + 1) - at - 1));
+  ASSERT_FALSE(examples.empty()) << "README.md shows no scripts/run.sh example with arguments";
+  for (const std::string& example : examples) {
+    std::string out;
+    const std::string command = "cd " + std::string(KESTREL_SOURCE_DIR) + " && KESTREL_BIN=" + KESTREL_BINARY + " " +
+                                example + " -t 1 2>&1";
+    ASSERT_EQ(test::run_command(command, out), 0) << command << "\n" << out;
+    const size_t at = out.find("generation: ");
+    ASSERT_NE(at, std::string::npos) << out;
+    const int generated = std::stoi(out.substr(at + 12));
+    EXPECT_GT(generated, 0) << out;
+    if (const size_t n = example.find(" -n "); n != std::string::npos) {  // the user's -n, not the script's 128
+      EXPECT_LE(generated, std::stoi(example.substr(n + 4))) << out;
+    }
+  }
+}
+
+TEST(Cli, LaterFlagsOverrideEarlierOnes) {
+  const std::string model = test::temp_path("cli-override.gguf");
+  std::string out;
+  ASSERT_EQ(test::run_command(kestrel_cmd("make-model -o " + model + " --type q8_0 --layers 1 2>&1"), out), 0) << out;
+  ASSERT_EQ(test::run_command(kestrel_cmd("generate -m " + model + " -p hi -n 50 --ignore-eos -n 7 -t 1 2>&1"), out), 0)
+      << out;
+  EXPECT_NE(out.find("generation: 7 tokens"), std::string::npos) << out;
 }
 
 TEST(Cli, MakeModelInfoTokenizeGenerateLogits) {

@@ -1,8 +1,15 @@
 // Block pool bookkeeping and the thread pool.
+#include <dirent.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
-#include <thread>
+#include <future>
 #include <numeric>
+#include <set>
+#include <thread>
 
 #include "core/thread_pool.h"
 #include "kv/block_pool.h"
@@ -91,6 +98,70 @@ TEST(ThreadPool, DynamicLoopsMoveWorkFromASlowThread) {
     by_worker += o.load() == 2;
   }
   EXPECT_GE(by_worker, 3 * n / 4);
+}
+
+// A worker that is not on a core (here: held in a signal handler, as a descheduled thread would be) must
+// not hold up the loop: the running threads do its chunks. The old pool waited for every worker to check
+// in, so these loops never returned while the worker was held.
+std::atomic<bool> g_hold_thread{false};
+extern "C" void hold_thread_handler(int) {
+  while (g_hold_thread.load()) {
+    const timespec ts{0, 1000000};
+    nanosleep(&ts, nullptr);
+  }
+}
+
+std::set<long> thread_ids() {
+  std::set<long> ids;
+  if (DIR* dir = opendir("/proc/self/task")) {
+    while (const dirent* e = readdir(dir))
+      if (e->d_name[0] != '.') ids.insert(std::strtol(e->d_name, nullptr, 10));
+    closedir(dir);
+  }
+  return ids;
+}
+
+TEST(ThreadPool, LoopsFinishWhileAWorkerIsNotRunning) {
+  const std::set<long> before = thread_ids();
+  ThreadPool pool(2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the worker is waiting for a job
+  std::vector<long> workers;
+  for (long id : thread_ids())
+    if (!before.count(id)) workers.push_back(id);
+  ASSERT_EQ(workers.size(), 1u);
+  struct sigaction action {};
+  action.sa_handler = hold_thread_handler;
+  struct sigaction old_action {};
+  ASSERT_EQ(sigaction(SIGUSR2, &action, &old_action), 0);
+  g_hold_thread = true;
+  ASSERT_EQ(syscall(SYS_tgkill, getpid(), workers[0], SIGUSR2), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the handler is running
+
+  const size_t n = 1000;
+  std::vector<std::atomic<int>> hits(n);
+  auto loops = std::async(std::launch::async, [&] {
+    for (int rep = 0; rep < 200; ++rep) {
+      const auto body = [&](size_t b, size_t e, int) {
+        for (size_t i = b; i < e; ++i) ++hits[i];
+      };
+      if (rep % 2) pool.parallel_for_dynamic(n, 4, body);
+      else pool.parallel_for(n, 4, body);
+    }
+  });
+  const bool finished = loops.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
+  g_hold_thread = false;  // release the worker either way, so the pool can be destroyed
+  loops.wait();
+  sigaction(SIGUSR2, &old_action, nullptr);
+  EXPECT_TRUE(finished) << "parallel loops waited for a worker that was not running";
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 200) << i;
+  // And the worker takes part again once it runs.
+  std::atomic<int> by_worker{0};
+  for (int rep = 0; rep < 1000 && by_worker == 0; ++rep)
+    pool.parallel_for(64, 1, [&](size_t, size_t, int thread) {
+      if (thread == 1) ++by_worker;
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    });
+  EXPECT_GT(by_worker.load(), 0);
 }
 
 }  // namespace

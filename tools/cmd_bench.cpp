@@ -112,7 +112,7 @@ class BandwidthProbe {
           }
         double sum = 0;
         for (auto& row : acc) sum += std::accumulate(row, row + 16, 0.0);
-        partial[static_cast<size_t>(t)] = sum;
+        partial[static_cast<size_t>(t)] += sum;  // a thread may run several chunks
       });
       best = std::max(best, static_cast<double>(n * sizeof(float)) / timer.elapsed_s() / 1e9);
     }
@@ -287,11 +287,15 @@ void add_bench(CLI::App& app, Action& run) {
   auto a = std::make_shared<BenchArgs>();
   CLI::App* cmd = app.add_subcommand("bench", "Measure prompt processing and generation speed (like llama-bench)");
   cmd->add_option("-m,--model", a->models, "GGUF model file(s) (required unless a subcommand is given)")
-      ->check(CLI::ExistingFile)->delimiter(',');
-  cmd->add_option("-p,--n-prompt", a->n_prompt, "Prompt lengths (0: none)")->delimiter(',');
-  cmd->add_option("-n,--n-gen", a->n_gen, "Generated tokens (0: none)")->delimiter(',');
-  cmd->add_option("-d,--n-depth", a->depths, "Tokens already in the context before generating")->delimiter(',');
-  cmd->add_option("--seqs", a->seqs, "Also decode this many sequences together (batched decode)")->delimiter(',');
+      ->check(CLI::ExistingFile)->delimiter(',')->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_option("-p,--n-prompt", a->n_prompt, "Prompt lengths (0: none)")->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_option("-n,--n-gen", a->n_gen, "Generated tokens (0: none)")->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_option("-d,--n-depth", a->depths, "Tokens already in the context before generating")->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_option("--seqs", a->seqs, "Also decode this many sequences together (batched decode)")->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("-t,--threads", a->threads, "Threads")->check(CLI::Range(1, 1024));
   cmd->add_option("-r,--repetitions", a->repetitions, "Repetitions of each test")->check(CLI::Range(1, 1000));
   cmd->add_option("-b,--batch-size", a->ubatch, "Tokens per forward during prefill")->check(CLI::Range(1, 8192));

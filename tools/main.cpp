@@ -16,6 +16,9 @@ int main(int argc, char** argv) {
   mallopt(M_TRIM_THRESHOLD, 512 << 20);
   CLI::App app{"kestrel — run and serve large language models"};
   app.require_subcommand(1);
+  // A flag given twice takes its last value, as in llama.cpp: wrappers such as scripts/run.sh pass defaults
+  // that the user's own flags then override. (List options, e.g. bench's -p 128,512, keep every value.)
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   kestrel::cli::Action run;
   kestrel::cli::add_generate(app, run);
   kestrel::cli::add_info(app, run);
