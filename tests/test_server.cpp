@@ -10,86 +10,10 @@
 #include <atomic>
 #include <thread>
 
-#include "server/engine_loop.h"
-#include "server/http_server.h"
-#include "stories_model.h"
-#include "test_support.h"
-#include "tokenizer/chat_template.h"
+#include "server_fixture.h"
 
 namespace kestrel {
 namespace {
-
-using json = nlohmann::json;
-
-class ServerTest : public ::testing::Test {
- protected:
-  void start(size_t max_pending = 64, const std::string& api_key = "") {
-    const std::string shared = test::shared_dir();
-    if (shared.empty()) GTEST_SKIP() << "../shared not found (set KESTREL_SHARED); skipping";
-    test::load_stories(shared, model_, tokenizer_);
-    if (HasFatalFailure()) return;
-    auto tmpl = ChatTemplate::parse(test::read_file(shared + "/chat-templates/Qwen-Qwen2.5-7B-Instruct.jinja"));
-    ASSERT_TRUE(tmpl.ok()) << tmpl.error();
-    template_ = std::make_unique<ChatTemplate>(std::move(tmpl).value());
-    EngineConfig config;
-    config.n_blocks = 256;
-    engine_ = std::make_unique<Engine>(*model_, pool_, config);
-    loop_ = std::make_unique<EngineLoop>(*engine_, max_pending, [this](const std::vector<StepOutput>&, const EngineStats& s) {
-      metrics_.engine_stats(s);
-    });
-    loop_->start();
-    ServerConfig sc;
-    sc.port = 0;
-    sc.api_key = api_key;
-    sc.max_body_bytes = 64 * 1024;
-    server_ = std::make_unique<HttpServer>(
-        *loop_, *tokenizer_,
-        [this](const std::vector<ChatMessage>& m) { return template_->render(m, true, "", ""); }, metrics_, sc,
-        engine_->max_seq_len());
-    ASSERT_TRUE(server_->start().ok());
-    server_->set_ready(true);
-    client_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
-    client_->set_read_timeout(60, 0);
-  }
-  void TearDown() override {
-    if (server_) server_->stop();
-    if (loop_) loop_->stop(false);
-  }
-  httplib::Result post(const std::string& path, const std::string& body, const httplib::Headers& headers = {}) {
-    return client_->Post(path.c_str(), headers, body, "application/json");
-  }
-  void expect_error(const std::string& path, const std::string& body, int status, const std::string& param = "") {
-    auto r = post(path, body);
-    ASSERT_TRUE(r) << body;
-    EXPECT_EQ(r->status, status) << body << " -> " << r->body;
-    const json j = json::parse(r->body, nullptr, false);
-    ASSERT_TRUE(j.is_object() && j.contains("error")) << r->body;
-    EXPECT_TRUE(j["error"]["message"].is_string());
-    EXPECT_TRUE(j["error"]["type"].is_string());
-    if (!param.empty()) {
-      EXPECT_EQ(j["error"]["param"], param) << r->body;
-    }
-  }
-  // Waits (up to 10 s) until the engine holds no blocks and no requests.
-  bool wait_idle() {
-    for (int i = 0; i < 1000; ++i) {
-      const EngineStats s = loop_->stats();
-      if (loop_->n_pending() == 0 && s.kv_blocks_used == 0 && s.n_running == 0 && s.n_waiting == 0) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return false;
-  }
-
-  ThreadPool pool_{2};
-  std::unique_ptr<Model> model_;
-  std::unique_ptr<Tokenizer> tokenizer_;
-  std::unique_ptr<ChatTemplate> template_;
-  std::unique_ptr<Engine> engine_;
-  std::unique_ptr<EngineLoop> loop_;
-  Metrics metrics_;
-  std::unique_ptr<HttpServer> server_;
-  std::unique_ptr<httplib::Client> client_;
-};
 
 TEST_F(ServerTest, CompletionsChatModelsHealthAndMetrics) {
   start();
@@ -186,7 +110,7 @@ TEST_F(ServerTest, BadInputGetsA400AndTheServerKeepsServing) {
   expect_error(c, R"({"prompt": "x", "ignore_eos": 1})", 400, "ignore_eos");
   expect_error(c, R"({"prompt": [1, -4]})", 400, "prompt");
   expect_error(c, R"({"prompt": [1, 99999999]})", 400);  // outside the vocabulary
-  expect_error(c, "{\"prompt\": \"" + std::string(70 * 1024, 'a') + "\"}", 400);  // body too large
+  expect_error(c, "{\"prompt\": \"" + std::string(70 * 1024, 'a') + "\"}", 413);  // body too large
   expect_error(chat, R"({"messages": []})", 400, "messages");
   expect_error(chat, R"({"messages": [{"role": "wizard", "content": "x"}]})", 400, "messages");
   expect_error(chat, R"({"messages": [{"role": "user", "content": 3}]})", 400, "messages");
@@ -241,7 +165,7 @@ bool stream_and_disconnect(int port) {
   bool got_data = false;
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
     const std::string body = R"({"prompt": "Once upon a time", "max_tokens": 2000, "ignore_eos": true, "stream": true})";
-    const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+    const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: " +
                             std::to_string(body.size()) + "\r\n\r\n" + body;
     if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size())) {
       std::string seen;

@@ -1,4 +1,8 @@
 // Tokenizer behaviour beyond the reference vectors: special tokens, BOS/EOS, streaming detokenization.
+#include <random>
+
+#include <nlohmann/json.hpp>
+
 #include "io/gguf.h"
 #include "test_support.h"
 #include "tokenizer/stream_decoder.h"
@@ -49,19 +53,53 @@ TEST(StreamDecoder, NeverEmitsHalfACharacter) {
   std::string out;
   for (int32_t id : ids) {
     const std::string chunk = decoder.push(id);
-    EXPECT_EQ(utf8::complete_prefix(chunk), chunk.size()) << "partial UTF-8 emitted";
+    std::string copy = chunk;
+    EXPECT_EQ(utf8::take_well_formed(copy, true), chunk) << "partial or ill-formed UTF-8 emitted";
     out += chunk;
   }
   out += decoder.flush();
   EXPECT_EQ(out, text);
 }
 
-TEST(Utf8, CompletePrefix) {
-  EXPECT_EQ(utf8::complete_prefix("abc"), 3u);
-  EXPECT_EQ(utf8::complete_prefix("ab\xE2\x82"), 2u);
-  EXPECT_EQ(utf8::complete_prefix("ab\xE2\x82\xAC"), 5u);
-  EXPECT_EQ(utf8::complete_prefix("\xF0\x9F"), 0u);
-  EXPECT_EQ(utf8::complete_prefix("\xF0" "a"), 2u);  // invalid: not held back
+TEST(Utf8, TakesWellFormedText) {
+  const auto take = [](std::string s, bool final, std::string* left = nullptr) {
+    std::string out = utf8::take_well_formed(s, final);
+    if (left) *left = s;
+    return out;
+  };
+  std::string left;
+  EXPECT_EQ(take("abc", false), "abc");
+  EXPECT_EQ(take("ab\xE2\x82", false, &left), "ab");
+  EXPECT_EQ(left, "\xE2\x82");
+  EXPECT_EQ(take("ab\xE2\x82\xAC", false), "ab\xE2\x82\xAC");
+  EXPECT_EQ(take("\xF0\x9F", true), "\xEF\xBF\xBD");  // incomplete at the end: one U+FFFD
+  EXPECT_EQ(take("\xF0" "a", false), "\xEF\xBF\xBD" "a");
+  EXPECT_EQ(take("\xC3\xE2\x82\xAC", false), "\xEF\xBF\xBD\xE2\x82\xAC");  // a lead byte cut short
+  EXPECT_EQ(take("\xED\xA0\x80", false), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // a surrogate
+  EXPECT_EQ(take("\xC0\xAF", false), "\xEF\xBF\xBD\xEF\xBF\xBD");  // overlong
+}
+
+// The old decoder emitted "\xC3\xE2\x82" as soon as it had three bytes, so a stream split there serialised
+// differently from the whole text. Now any split of any bytes gives the same well-formed text.
+TEST(Utf8, SplitsDoNotChangeTheText) {
+  std::mt19937 rng(7);
+  const unsigned char alphabet[] = {'a', 0x80, 0x9F, 0xAC, 0xBF, 0xC3, 0xE2, 0x82, 0xED, 0xF0, 0x9F, 0xF4, 0x90};
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::string bytes;
+    const int n = static_cast<int>(rng() % 12);
+    for (int i = 0; i < n; ++i) bytes += static_cast<char>(alphabet[rng() % sizeof alphabet]);
+    std::string whole = bytes;
+    const std::string expected = utf8::take_well_formed(whole, true);
+    std::string pending, streamed;
+    for (char c : bytes) {
+      pending += c;
+      if (rng() % 2) streamed += utf8::take_well_formed(pending, false);
+    }
+    streamed += utf8::take_well_formed(pending, true);
+    ASSERT_EQ(streamed, expected);
+    const auto j = nlohmann::json(streamed).dump();  // well-formed: serialises without an error handler
+    EXPECT_FALSE(j.empty());
+  }
 }
 
 TEST(Tokenizer, UnknownModelTypeIsAnError) {

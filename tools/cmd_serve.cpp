@@ -15,8 +15,8 @@
 namespace kestrel::cli {
 namespace {
 
-std::atomic<int> g_signal{0};
-extern "C" void on_signal(int sig) { g_signal.store(sig); }
+std::atomic<int> g_signals{0};  // SIGINT/SIGTERM received: the first drains, the second stops at once
+extern "C" void on_signal(int) { g_signals.fetch_add(1); }
 
 struct ServeArgs {
   std::string model, alias, chat_template_file, policy = "continuous";
@@ -30,6 +30,7 @@ struct ServeArgs {
   // benchmark) while decode attention costs about the same (its tiles span pages).
   int block_size = 4;
   int max_queue = 256;      // requests queued or running before 503
+  double shutdown_timeout_s = 30;  // how long a shutdown lets requests in flight finish
   int batch_size = 8;       // static/dynamic batching
   double batch_wait_ms = 100;
   bool no_prefix_cache = false;
@@ -51,13 +52,16 @@ int run_serve(ServeArgs& a) {
     auto from_model = model->file().get_string("tokenizer.chat_template");
     if (from_model.ok() && from_model->has_value()) template_source = **from_model;
   }
-  std::unique_ptr<ChatTemplate> chat_template;
-  std::string template_error = "the model has no chat template (tokenizer.chat_template); pass --chat-template-file";
-  if (!template_source.empty()) {
-    auto parsed = ChatTemplate::parse(template_source);
-    if (parsed.ok()) chat_template = std::make_unique<ChatTemplate>(std::move(parsed).value());
-    else template_error = "the chat template is not supported: " + parsed.error();
+  if (template_source.empty()) {
+    std::fprintf(stderr, "warning: the model has no chat template (tokenizer.chat_template); chat requests use ChatML "
+                         "(<|im_start|>role ... <|im_end|>); pass --chat-template-file for the model's own format\n");
+    template_source = kChatMlTemplate;
   }
+  std::unique_ptr<ChatTemplate> chat_template;
+  std::string template_error;
+  auto parsed = ChatTemplate::parse(template_source);
+  if (parsed.ok()) chat_template = std::make_unique<ChatTemplate>(std::move(parsed).value());
+  else template_error = "the chat template is not supported: " + parsed.error();
   if (!chat_template) std::fprintf(stderr, "warning: %s; chat requests will be refused\n", template_error.c_str());
   const Tokenizer& tok = *tokenizer;
   const std::string bos = tok.vocab().bos >= 0 ? tok.token_to_piece(tok.vocab().bos, true) : "";
@@ -91,9 +95,9 @@ int run_serve(ServeArgs& a) {
     std::fprintf(stderr, "error: %s\n", st.error().c_str());
     return 1;
   }
-  std::fprintf(stderr, "kestrel serve: listening on http://%s:%d (model %s, %d threads, %d KV blocks of %d tokens)\n",
-               a.server.host.c_str(), server.port(), a.server.model_name.c_str(), a.threads, config.n_blocks,
-               a.block_size);
+  std::fprintf(stderr, "kestrel serve: listening on http://%s:%d (model %s, %d threads, %d KV blocks of %d tokens, "
+               "at most %d requests in flight)\n", a.server.host.c_str(), server.port(), a.server.model_name.c_str(),
+               a.threads, config.n_blocks, a.block_size, server.max_in_flight());
 
   // Ready once one real forward pass went through the engine.
   {
@@ -114,13 +118,18 @@ int run_serve(ServeArgs& a) {
 
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
-  while (g_signal.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  // Graceful shutdown: refuse new requests, let those in flight finish (up to 30 s), then stop.
-  std::fprintf(stderr, "kestrel serve: shutting down (%zu requests in flight)\n", loop.n_pending());
+  while (g_signals.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // Graceful shutdown: refuse new requests, let those in flight finish (up to --shutdown-timeout, or until a
+  // second signal), then cancel what is left: those requests end with finish_reason "abort" and an error.
+  std::fprintf(stderr, "kestrel serve: shutting down (%zu requests in flight; a second signal stops at once)\n",
+               loop.n_pending());
   server.refuse_new_requests();
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (loop.n_pending() > 0 && std::chrono::steady_clock::now() < deadline && g_signal.load() != -1)
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(a.shutdown_timeout_s);
+  while (loop.n_pending() > 0 && std::chrono::steady_clock::now() < deadline && g_signals.load() < 2)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (loop.n_pending() > 0)
+    std::fprintf(stderr, "kestrel serve: %s; cancelling %zu requests\n",
+                 g_signals.load() >= 2 ? "second signal" : "shutdown timeout", loop.n_pending());
   loop.stop(/*finish_in_flight=*/false);
   server.stop();
   return 0;
@@ -147,9 +156,19 @@ void add_serve(CLI::App& app, Action& run) {
       ->check(CLI::IsMember({"continuous", "static", "dynamic"}))->capture_default_str();
   cmd->add_option("--static-batch", args->batch_size, "Sequences per batch for static/dynamic batching")->capture_default_str();
   cmd->add_option("--batch-wait-ms", args->batch_wait_ms, "Dynamic batching: longest wait for a batch to fill")->capture_default_str();
-  cmd->add_option("--max-queue", args->max_queue, "Requests queued or running before new ones get 503")->capture_default_str();
-  cmd->add_option("--max-body", args->server.max_body_bytes, "Largest request body in bytes")->capture_default_str();
-  cmd->add_option("--threads-http", args->server.http_threads, "HTTP connections served at once")->capture_default_str();
+  cmd->add_option("--max-queue", args->max_queue, "Requests queued or running before new ones get 503")
+      ->check(CLI::Range(1, 1 << 16))->capture_default_str();
+  cmd->add_option("--max-body", args->server.max_body_bytes, "Largest request body in bytes (413 beyond)")->capture_default_str();
+  cmd->add_option("--max-header-bytes", args->server.max_header_bytes, "Largest request head in bytes (431 beyond)")
+      ->check(CLI::Range(1024, 1 << 24))->capture_default_str();
+  cmd->add_option("--threads-http", args->server.http_threads,
+                  "HTTP connection threads (0: --max-queue + 32, the 32 kept for refusals, health and metrics)")
+      ->check(CLI::Range(0, 1 << 16))->capture_default_str();
+  cmd->add_option("--shutdown-timeout", args->shutdown_timeout_s,
+                  "Seconds a shutdown lets requests in flight finish before cancelling them")
+      ->check(CLI::Range(0.0, 86400.0))->capture_default_str();
+  cmd->add_option("--cors-origin", args->server.cors_origin,
+                  "Browser origin allowed to call the API (\"*\": any); otherwise cross-origin requests get 403");
   cmd->add_flag("--no-prefix-cache", args->no_prefix_cache, "Do not share KV blocks between requests");
   add_cache_type_options(cmd, args->kv_type);
   cmd->callback([&run, args] { run = [args] { return run_serve(*args); }; });

@@ -48,6 +48,10 @@ Result<int64_t> Engine::add_request(Request request) {
   if (request.n < 1 || request.n > 16) return Error{"n must be in [1, 16]"};
   if (request.top_logprobs < -1 || request.top_logprobs > 20) return Error{"top_logprobs must be in [0, 20]"};
   if (Status s = request.sampling.validate(); !s.ok()) return Error{s.error()};
+  for (const auto& [token, bias] : request.sampling.logit_bias)
+    if (token < 0 || token >= n_vocab)
+      return Error{"logit_bias names token id " + std::to_string(token) + ", outside the vocabulary [0, " +
+                   std::to_string(n_vocab) + ")"};
 
   const int64_t request_id = next_request_++;
   const int64_t seq_id = next_sequence_++;
@@ -133,7 +137,7 @@ std::vector<StepOutput> Engine::step() {
         const int64_t child = next_sequence_++;
         scheduler_.fork(c.seq_id, child);
         SamplingParams params = first.request->sampling;
-        params.seed += static_cast<uint64_t>(i);
+        params.seed = choice_seed(params.seed, i);
         choices_.emplace(child, Choice{first.request_id, i, first.request, Sampler(params), false});
         sequences_of_[first.request_id].push_back(child);
         seq_ids.push_back(child);

@@ -16,13 +16,26 @@ Status SamplingParams::validate() const {
   if (!std::isfinite(frequency_penalty) || std::fabs(frequency_penalty) > 2) return bad("frequency_penalty must be in [-2, 2]");
   if (!std::isfinite(presence_penalty) || std::fabs(presence_penalty) > 2) return bad("presence_penalty must be in [-2, 2]");
   if (penalty_last_n < -1) return bad("penalty_last_n must be >= -1");
+  for (const auto& [token, bias] : logit_bias)
+    if (!std::isfinite(bias) || bias < -100 || bias > 100) return bad("logit_bias values must be in [-100, 100]");
   return {};
+}
+
+uint64_t choice_seed(uint64_t seed, int32_t index) {
+  if (index == 0) return seed;
+  uint64_t z = seed + 0x9E3779B97F4A7C15ull * (static_cast<uint64_t>(index) + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
 }
 
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
 
 int32_t Sampler::sample(float* logits, int32_t n_vocab, const std::vector<int32_t>& history) {
   const SamplingParams& p = params_;
+  // 0. Logit bias.
+  for (const auto& [token, bias] : p.logit_bias)
+    if (token >= 0 && token < n_vocab) logits[token] += bias;
   // 1. Penalties over the recent window.
   if (p.repeat_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) {
     const size_t window = p.penalty_last_n < 0 ? history.size() : std::min<size_t>(history.size(), p.penalty_last_n);

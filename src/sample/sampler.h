@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -21,10 +22,18 @@ struct SamplingParams {
   float presence_penalty = 0.0f;    // subtracts this once a token has appeared
   int32_t penalty_last_n = 64;      // how many recent tokens the penalties look at (-1: all)
   uint64_t seed = 0;
+  // Added to the logits of these tokens before anything else (OpenAI's logit_bias: -100 bans a token,
+  // 100 all but forces it). Each bias in [-100, 100].
+  std::vector<std::pair<int32_t, float>> logit_bias;
 
   // Error naming the first out-of-range field.
   Status validate() const;
 };
+
+// The seed of choice `index` of a request seeded with `seed`: choice 0 keeps the seed, the others get a
+// mixed (SplitMix64) value of (seed, index), so the choices of neighbouring seeds do not coincide (choice 1
+// of seed 1 is not choice 0 of seed 2).
+uint64_t choice_seed(uint64_t seed, int32_t index);
 
 class Sampler {
  public:

@@ -1,6 +1,8 @@
 #include "server/completion_response.h"
 
+#include <algorithm>
 #include <ctime>
+#include <numeric>
 #include <random>
 
 namespace kestrel {
@@ -28,7 +30,7 @@ CompletionResponse::CompletionResponse(const CompletionParams& params, const Tok
       model_name_(std::move(model_name)),
       id_(random_id(params.chat ? "chatcmpl-" : "cmpl-")),
       created_(static_cast<int64_t>(std::time(nullptr))),
-      choices_(static_cast<size_t>(params.n)) {
+      choices_(static_cast<size_t>(std::max(params.n, params.best_of))) {
   for (Choice& c : choices_) c.text = std::make_unique<ChoiceText>(tokenizer, params.stop);
 }
 
@@ -59,13 +61,15 @@ std::vector<json> CompletionResponse::consume(const StepOutput& out) {
     if (c.text->stopped()) break;
     text += c.text->push(t.token);
     ++c.n_tokens;
+    c.cumulative_logprob += t.logprob;
     if (params_.logprobs >= 0) logprobs.push_back(token_logprobs(t));
   }
   if (c.text->stopped()) {
     c.finish = "stop";
   } else if (out.finish != FinishReason::None) {
     text += c.text->finish();
-    c.finish = out.finish == FinishReason::Length ? "length" : "stop";
+    c.finish = out.finish == FinishReason::Length ? "length" : out.finish == FinishReason::Cancelled ? "abort" : "stop";
+    aborted_ |= out.finish == FinishReason::Cancelled;
   }
   if (!c.finish.empty()) ++n_finished_;
   c.content += text;
@@ -133,9 +137,17 @@ json CompletionResponse::usage_chunk() const {
 }
 
 json CompletionResponse::full_response() const {
+  std::vector<size_t> order(choices_.size());  // the choices to return, best first when best_of > n
+  std::iota(order.begin(), order.end(), 0);
+  if (params_.best_of > params_.n) {
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return choices_[a].cumulative_logprob > choices_[b].cumulative_logprob;
+    });
+    order.resize(static_cast<size_t>(params_.n));
+  }
   json choices = json::array();
-  for (size_t i = 0; i < choices_.size(); ++i) {
-    const Choice& c = choices_[i];
+  for (size_t i = 0; i < order.size(); ++i) {
+    const Choice& c = choices_[order[i]];
     json lp = nullptr;
     if (params_.logprobs >= 0) {
       if (params_.chat) {

@@ -1,5 +1,6 @@
 // Builds OpenAI response bodies for one request from its step outputs: the whole response (non-streaming)
-// or the SSE chunks as tokens arrive. Holds per-choice text (stop strings, UTF-8) and logprobs.
+// or the SSE chunks as tokens arrive. Holds per-choice text (stop strings, UTF-8) and logprobs. It expects
+// params.best_of choices from the engine (n of them are returned).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -23,10 +24,14 @@ class CompletionResponse {
   std::vector<nlohmann::json> consume(const StepOutput& out);
   // True once every choice finished (by the engine or by a stop string).
   bool done() const { return n_finished_ == static_cast<int32_t>(choices_.size()); }
+  // True when a choice was cut off by the engine (cancelled: the server shut down before it finished). Such
+  // a choice ends with finish_reason "abort", and the response must say it is incomplete.
+  bool aborted() const { return aborted_; }
   // True when every remaining choice ended on a stop string, so the request can be cancelled.
   bool all_stopped_by_text() const;
 
-  nlohmann::json full_response() const;     // non-streaming body
+  // The non-streaming body. With best_of > n, the n choices of highest cumulative logprob, best first.
+  nlohmann::json full_response() const;
   nlohmann::json usage_chunk() const;       // the stream's usage chunk (stream_options.include_usage)
   nlohmann::json first_chat_chunks() const;  // the chat stream's opening chunk (role), as one chunk
   int32_t n_generated() const;
@@ -37,6 +42,7 @@ class CompletionResponse {
     std::unique_ptr<ChoiceText> text;
     std::string content;           // all text so far
     int32_t n_tokens = 0;
+    double cumulative_logprob = 0;  // best_of ranks the choices by this
     std::string finish;            // "" while running
     nlohmann::json logprobs = nlohmann::json::array();  // per-token entries (chat format or completion lists)
   };
@@ -51,6 +57,7 @@ class CompletionResponse {
   int64_t created_;
   std::vector<Choice> choices_;
   int32_t n_prompt_ = 0, n_finished_ = 0;
+  bool aborted_ = false;
 };
 
 }  // namespace kestrel

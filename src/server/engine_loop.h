@@ -33,6 +33,7 @@ class EngineLoop {
   void cancel(const std::shared_ptr<RequestChannel>& channel);  // also marks the channel cancelled
   EngineStats stats() const;
   size_t n_pending() const;
+  size_t max_pending() const { return max_pending_; }
 
  private:
   void run();

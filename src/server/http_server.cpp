@@ -1,8 +1,8 @@
 #include "server/http_server.h"
 
-#include <httplib.h>
-#include <sys/socket.h>
+#include <strings.h>
 
+#include <algorithm>
 #include <chrono>
 #include <random>
 
@@ -29,6 +29,31 @@ bool constant_time_equal(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
+// The routes and the methods each takes (a known path with another method gets 405 and Allow).
+struct Route {
+  const char* path;
+  const char* allow;
+};
+constexpr Route kRoutes[] = {{"/health", "GET, HEAD"}, {"/ready", "GET, HEAD"},      {"/metrics", "GET, HEAD"},
+                             {"/v1/models", "GET, HEAD"}, {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"}};
+const Route* find_route(const std::string& path) {
+  for (const Route& r : kRoutes)
+    if (path == r.path) return &r;
+  return nullptr;
+}
+bool method_allowed(const Route& route, const std::string& method) {
+  const std::string allow = route.allow;
+  return allow.find(method) != std::string::npos && method != "OPTIONS";
+}
+
+// Form bodies (what an HTML form or curl -d without a type sends as x-www-form-urlencoded) are not JSON.
+bool is_form_content(const std::string& content_type) {
+  std::string type = content_type.substr(0, content_type.find(';'));
+  std::transform(type.begin(), type.end(), type.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  type.erase(std::remove(type.begin(), type.end(), ' '), type.end());
+  return type == "application/x-www-form-urlencoded" || type == "multipart/form-data";
+}
+
 }  // namespace
 
 HttpServer::HttpServer(EngineLoop& loop, const Tokenizer& tokenizer, ChatRenderer render_chat, Metrics& metrics,
@@ -39,39 +64,81 @@ HttpServer::HttpServer(EngineLoop& loop, const Tokenizer& tokenizer, ChatRendere
       metrics_(metrics),
       config_(config),
       max_seq_len_(max_seq_len),
-      http_(std::make_unique<httplib::Server>()) {}
+      web_policy_{config.host, config.cors_origin, !config.api_key.empty()} {
+  const int reserved = std::max(1, config_.reserved_threads);
+  if (config_.http_threads <= 0)
+    config_.http_threads = static_cast<int>(std::min<size_t>(loop.max_pending(), 4096)) + reserved;
+  // Every admitted completion holds a connection thread; the reserve stays free for everything else.
+  max_in_flight_ = std::max(1, std::min(static_cast<int>(std::min<size_t>(loop.max_pending(), 1 << 20)),
+                                        config_.http_threads - reserved));
+  ListenerLimits limits;
+  limits.max_request_line_bytes = config_.max_request_line_bytes;
+  limits.max_header_bytes = config_.max_header_bytes;
+  limits.max_body_bytes = config_.max_body_bytes;
+  limits.n_threads = config_.http_threads;
+  limits.n_reserved_threads = reserved;
+  http_ = std::make_unique<HttpListener>(limits);
+}
 
 HttpServer::~HttpServer() { stop(); }
 
 bool HttpServer::authorized(const httplib::Request& req) const {
   if (config_.api_key.empty()) return true;
   const std::string header = req.get_header_value("Authorization");
-  const std::string prefix = "Bearer ";
-  const std::string given = header.compare(0, prefix.size(), prefix) == 0 ? header.substr(prefix.size()) : "";
+  const std::string scheme = "bearer ";  // RFC 7235: the scheme is case-insensitive
+  const bool bearer = header.size() >= scheme.size() && ::strncasecmp(header.c_str(), scheme.c_str(), scheme.size()) == 0;
+  std::string given = bearer ? header.substr(scheme.size()) : "";
+  given.erase(0, given.find_first_not_of(' '));
   return constant_time_equal(given, config_.api_key);
 }
 
+bool HttpServer::screen(const httplib::Request& req, httplib::Response& res) const {
+  const std::string origin = req.get_header_value("Origin");
+  if (const std::string allowed = allowed_cors_origin(web_policy_, origin); !allowed.empty()) {
+    res.set_header("Access-Control-Allow-Origin", allowed);
+    if (allowed != "*") res.set_header("Vary", "Origin");
+  }
+  if (auto why = refuse_reason(web_policy_, req.get_header_value("Host"), origin)) {
+    send_error(res, ApiError{403, *why, "permission_error", ""});
+    return true;
+  }
+  const Route* route = find_route(req.path);
+  if (req.method == "OPTIONS") {  // a CORS preflight (allowed origins only got this far)
+    res.status = route ? 204 : 404;
+    if (route) {
+      res.set_header("Allow", std::string(route->allow) + ", OPTIONS");
+      res.set_header("Access-Control-Allow-Methods", std::string(route->allow) + ", OPTIONS");
+      const std::string wanted = req.get_header_value("Access-Control-Request-Headers");
+      res.set_header("Access-Control-Allow-Headers", wanted.empty() ? "Authorization, Content-Type" : wanted);
+      res.set_header("Access-Control-Max-Age", "600");
+    }
+    return true;
+  }
+  if (route && !method_allowed(*route, req.method)) {
+    res.set_header("Allow", route->allow);
+    send_error(res, ApiError{405, "method " + req.method + " is not allowed on " + req.path + " (allowed: " + route->allow + ")",
+                             "invalid_request_error", ""});
+    return true;
+  }
+  if (req.path == "/health" || req.path == "/ready" || authorized(req)) return false;
+  send_error(res, ApiError{401, "a valid API key is required (Authorization: Bearer ...)", "authentication_error", ""});
+  return true;
+}
+
 Status HttpServer::start() {
-  httplib::Server& s = *http_;
+  HttpListener& s = *http_;
   const int n_threads = config_.http_threads;
   s.new_task_queue = [n_threads] { return new httplib::ThreadPool(static_cast<size_t>(n_threads)); };
-  s.set_payload_max_length(config_.max_body_bytes);
   s.set_error_handler([](const httplib::Request&, httplib::Response& res) {
     if (!res.body.empty()) return;
     ApiError e{res.status, "", "invalid_request_error", ""};
-    if (res.status == 413) {
-      e = ApiError{400, "the request body is too large", "invalid_request_error", ""};
-    } else if (res.status == 404) {
-      e.message = "no such route";
-    } else {
-      e.message = "request failed";
-    }
+    if (res.status == 413) e.message = "the request body is too large (--max-body)";
+    else if (res.status == 404) e.message = "no such route";
+    else e.message = "request failed";
     send_error(res, e);
   });
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (req.path == "/health" || req.path == "/ready" || authorized(req)) return httplib::Server::HandlerResponse::Unhandled;
-    send_error(res, ApiError{401, "a valid API key is required (Authorization: Bearer ...)", "authentication_error", ""});
-    return httplib::Server::HandlerResponse::Handled;
+    return screen(req, res) ? httplib::Server::HandlerResponse::Handled : httplib::Server::HandlerResponse::Unhandled;
   });
   s.Get("/health", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(R"({"status":"ok"})", "application/json");
@@ -89,8 +156,12 @@ Status HttpServer::start() {
                         {"max_model_len", max_seq_len_}};
     res.set_content(dump({{"object", "list"}, {"data", json::array({model})}}), "application/json");
   });
-  s.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { handle_completion(req, res, false); });
-  s.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) { handle_completion(req, res, true); });
+  s.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+    handle_completion(req, res, reader, false);
+  });
+  s.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+    handle_completion(req, res, reader, true);
+  });
 
   // cpp-httplib listens with a backlog of 5, which drops connections when a burst of clients connects at
   // once: remember the listening socket and raise its backlog after the bind (listen() again updates it).
@@ -113,34 +184,94 @@ void HttpServer::stop() {
   thread_.join();
 }
 
-void HttpServer::handle_completion(const httplib::Request& req, httplib::Response& res, bool chat) {
+std::variant<std::vector<int32_t>, ApiError> HttpServer::prompt_tokens(const CompletionParams& params) const {
+  std::optional<std::vector<int32_t>> tokens;
+  // Tokenising stops once the prompt is longer than a sequence may be: a huge prompt costs no more than
+  // that many tokens.
+  const size_t max_tokens = static_cast<size_t>(max_seq_len_);
+  if (params.chat) {
+    auto text = render_chat_(params.messages);
+    if (!text.ok()) return ApiError{400, text.error(), "invalid_request_error", "messages"};
+    const std::string bos = tokenizer_.vocab().bos >= 0 ? tokenizer_.token_to_piece(tokenizer_.vocab().bos, true) : "";
+    const bool has_bos = !bos.empty() && text->compare(0, bos.size(), bos) == 0;
+    tokens = tokenizer_.encode(*text, !has_bos, /*parse_special=*/true, max_tokens);
+  } else if (params.prompt_is_tokens) {
+    tokens = params.prompt_tokens;
+  } else {
+    tokens = tokenizer_.encode(params.prompt_text, true, /*parse_special=*/true, max_tokens);
+  }
+  if (!tokens || tokens->size() >= max_tokens)
+    return ApiError{400, "the prompt is longer than this server's context of " + std::to_string(max_seq_len_) + " tokens",
+                    "invalid_request_error", params.chat ? "messages" : "prompt"};
+  return std::move(*tokens);
+}
+
+void HttpServer::handle_completion(const httplib::Request& req, httplib::Response& res,
+                                   const httplib::ContentReader& reader, bool chat) {
   const std::string endpoint = chat ? "/v1/chat/completions" : "/v1/completions";
   const Timer timer;
   auto fail = [&](const ApiError& e) {
     send_error(res, e);
     metrics_.request_finished(endpoint, e.status);
   };
-  auto parsed = parse_completion_request(req.body, chat);
+  auto busy = [&](const char* message) {
+    res.set_header("Retry-After", "1");
+    fail(ApiError{503, message, "server_overloaded", ""});
+  };
+  // Refusals that need no body come first, so they cost nothing; the unread body closes the connection.
+  if (is_form_content(req.get_header_value("Content-Type"))) {
+    http_->close_after(req);
+    return fail(ApiError{415, "the request body must be JSON (Content-Type: application/json), not a form",
+                         "invalid_request_error", ""});
+  }
+  if (refusing_.load()) {
+    http_->close_after(req);
+    return busy("the server is shutting down");
+  }
+  // Admission: a slot among max_in_flight_, held until this handler returns.
+  if (n_in_flight_.fetch_add(1) >= max_in_flight_) {
+    n_in_flight_.fetch_sub(1);
+    http_->close_after(req);
+    return busy("the server is busy: too many requests in flight");
+  }
+  // Held by this handler, and by a stream's provider until the stream ends.
+  struct InFlightSlot {
+    explicit InFlightSlot(std::atomic<int>& count) : n(count) {}
+    InFlightSlot(const InFlightSlot&) = delete;
+    ~InFlightSlot() { n.fetch_sub(1); }
+    std::atomic<int>& n;
+  };
+  auto slot = std::make_shared<InFlightSlot>(n_in_flight_);
+
+  std::string body;
+  switch (http_->read_body(reader, body)) {
+    case BodyStatus::Ok: break;
+    case BodyStatus::Failed:
+      if (res.status != 413) {  // (httplib sets 413 for a Content-Length over the limit)
+        http_->close_after(req);
+        return fail(ApiError{400, "the request body could not be read", "invalid_request_error", ""});
+      }
+      [[fallthrough]];
+    case BodyStatus::TooLarge:
+      http_->close_after(req);
+      return fail(ApiError{413, "the request body is larger than " + std::to_string(config_.max_body_bytes) +
+                                    " bytes (--max-body)", "invalid_request_error", ""});
+  }
+  auto parsed = parse_completion_request(body, chat);
+  body = std::string();
   if (auto* e = std::get_if<ApiError>(&parsed)) return fail(*e);
   auto params = std::make_shared<CompletionParams>(std::move(std::get<CompletionParams>(parsed)));
 
   Request request;
-  if (chat) {
-    auto text = render_chat_(params->messages);
-    if (!text.ok()) return fail(ApiError{400, text.error(), "invalid_request_error", "messages"});
-    const std::string bos = tokenizer_.vocab().bos >= 0 ? tokenizer_.token_to_piece(tokenizer_.vocab().bos, true) : "";
-    const bool has_bos = !bos.empty() && text->compare(0, bos.size(), bos) == 0;
-    request.prompt = tokenizer_.encode(*text, !has_bos, /*parse_special=*/true);
-  } else if (params->prompt_is_tokens) {
-    request.prompt = params->prompt_tokens;
-  } else {
-    request.prompt = tokenizer_.encode(params->prompt_text, true, /*parse_special=*/true);
-  }
+  auto prompt = prompt_tokens(*params);
+  if (auto* e = std::get_if<ApiError>(&prompt)) return fail(*e);
+  request.prompt = std::move(std::get<std::vector<int32_t>>(prompt));
   request.max_tokens = params->max_tokens > 0 ? params->max_tokens : max_seq_len_;
   request.sampling = params->sampling;
   if (!params->seeded) request.sampling.seed = std::random_device{}();
-  request.n = params->n;
-  request.top_logprobs = params->logprobs;
+  request.n = std::max(params->n, params->best_of);
+  // best_of ranks choices by their tokens' logprobs, so the engine computes them even when not returned.
+  request.top_logprobs = params->best_of > params->n ? std::max(params->logprobs, 0) : params->logprobs;
   request.cache_salt = params->cache_salt;
   request.stop_tokens = params->stop_token_ids;
   if (!params->ignore_eos)
@@ -148,11 +279,8 @@ void HttpServer::handle_completion(const httplib::Request& req, httplib::Respons
       if (id >= 0) request.stop_tokens.push_back(id);
 
   auto channel = std::make_shared<RequestChannel>();
-  if (refusing_.load() || !loop_.submit(std::move(request), channel)) {
-    res.set_header("Retry-After", "1");
-    return fail(ApiError{503, refusing_.load() ? "the server is shutting down" : "the server is busy: too many requests queued",
-                         "server_overloaded", ""});
-  }
+  if (!loop_.submit(std::move(request), channel))
+    return busy(refusing_.load() ? "the server is shutting down" : "the server is busy: too many requests queued");
   // Wait until the engine thread accepted or refused the request.
   std::optional<ChannelEvent> first;
   while (!(first = channel->pop(std::chrono::milliseconds(200)))) {}
@@ -176,16 +304,27 @@ void HttpServer::handle_completion(const httplib::Request& req, httplib::Respons
     metrics_.request_timing(timing->first_token_s, tpot, timer.elapsed_s(), n);
     metrics_.request_finished(endpoint, status);
   };
+  const ApiError cut_off{503, "the server shut down before the request finished (finish_reason \"abort\")",
+                         "server_shutdown", ""};
 
   if (!params->stream) {
     while (!response->done()) {
-      const auto event = channel->pop(std::chrono::milliseconds(1000));
+      // The client may leave while it waits: then the work is cancelled, as for a stream.
+      if (http_->client_gone(req)) {
+        loop_.cancel(channel);
+        return record(499);
+      }
+      const auto event = channel->pop(std::chrono::milliseconds(100));
       if (!event) continue;
       note_tokens(event->output);
       response->consume(event->output);
       if (!response->done() && response->all_stopped_by_text()) loop_.cancel(channel);
     }
     loop_.cancel(channel);  // ends choices cut by stop strings; a no-op when the engine already finished them
+    if (response->aborted()) {
+      send_error(res, cut_off);
+      return record(cut_off.status);
+    }
     res.set_content(dump(response->full_response()), "application/json");
     record(200);
     return;
@@ -195,7 +334,7 @@ void HttpServer::handle_completion(const httplib::Request& req, httplib::Respons
   auto opened = std::make_shared<bool>(false);
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, params, channel, response, opened, note_tokens](size_t, httplib::DataSink& sink) {
+      [this, params, channel, response, opened, note_tokens, cut_off](size_t, httplib::DataSink& sink) {
         auto send = [&](const json& j) {
           const std::string line = "data: " + dump(j) + "\n\n";
           return sink.write(line.data(), line.size());
@@ -215,6 +354,9 @@ void HttpServer::handle_completion(const httplib::Request& req, httplib::Respons
         if (!response->done() && response->all_stopped_by_text()) loop_.cancel(channel);
         if (response->done()) {
           loop_.cancel(channel);  // no-op when the engine already finished it
+          // A choice cut off by shutdown ended with finish_reason "abort"; the error event makes clients
+          // (the openai SDKs among them) raise instead of taking the text as complete.
+          if (response->aborted() && !send(error_body(cut_off))) return false;
           if (params->include_usage && !send(response->usage_chunk())) return false;
           static const std::string done = "data: [DONE]\n\n";
           if (!sink.write(done.data(), done.size())) return false;
@@ -222,9 +364,9 @@ void HttpServer::handle_completion(const httplib::Request& req, httplib::Respons
         }
         return true;
       },
-      [this, channel, record](bool success) {
+      [this, channel, record, response, cut_off, slot](bool success) {
         if (!success) loop_.cancel(channel);  // the client went away: free its blocks
-        record(success ? 200 : 499);
+        record(!success ? 499 : response->aborted() ? cut_off.status : 200);
       });
 }
 

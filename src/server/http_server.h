@@ -3,27 +3,32 @@
 // requests to the EngineLoop and turn its outputs into responses; they never touch the engine.
 //
 // Errors are OpenAI error objects: 400 for malformed JSON, wrong types, out-of-range values, invalid UTF-8
-// and oversized bodies; 401 for a missing or wrong API key; 404 for unknown routes; 503 with Retry-After
-// when the request queue is full or the server is shutting down. A streaming client that disconnects
-// cancels its request.
+// and parameters kestrel does not implement; 401 for a missing or wrong API key; 403 for a browser request
+// the WebPolicy refuses; 404 for unknown routes; 405 (with Allow) for a wrong method; 413 for a body over
+// --max-body (however it is framed); 414/431 for an oversized request line/header section; 415 for a
+// body that is not JSON; 503 with Retry-After when the server is at capacity or shutting down. A client
+// that disconnects, streaming or not, cancels its request (logged as 499).
+//
+// Admission is bounded end to end: at most max_in_flight() completion requests are held (queued in the
+// engine or running) and each holds one connection thread; connection threads beyond those
+// (ServerConfig::reserved_threads) stay free for refusals and /health, /ready, /metrics, and idle
+// keep-alive connections are closed when threads run short (HttpListener).
 #pragma once
 #include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
 #include <thread>
+#include <variant>
+#include <vector>
 
 #include "core/status.h"
 #include "server/engine_loop.h"
+#include "server/http_listener.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
+#include "server/web_policy.h"
 #include "tokenizer/tokenizer.h"
-
-namespace httplib {
-class Server;
-struct Request;
-struct Response;
-}  // namespace httplib
 
 namespace kestrel {
 
@@ -31,9 +36,13 @@ struct ServerConfig {
   std::string host = "127.0.0.1";
   int port = 8080;                  // 0: any free port (see HttpServer::port)
   std::string api_key;              // empty: no authentication
+  std::string cors_origin;          // browser origin allowed to call the API ("*": any); see WebPolicy
   std::string model_name = "kestrel";
-  size_t max_body_bytes = 1 << 20;  // larger request bodies get a 400
-  int http_threads = 160;           // concurrent connections served (each stream holds one)
+  size_t max_body_bytes = 1 << 20;  // larger request bodies get a 413
+  size_t max_request_line_bytes = 8 * 1024;  // 414 beyond
+  size_t max_header_bytes = 64 * 1024;       // 431 beyond (request line and headers together)
+  int http_threads = 0;             // connection threads; 0: the engine loop's queue limit + reserved_threads
+  int reserved_threads = 32;        // threads never held by completions (refusals, health, metrics)
 };
 
 // Renders chat messages to the prompt text (the model's chat template), or says why it cannot.
@@ -53,10 +62,18 @@ class HttpServer {
   void set_ready(bool ready) { ready_.store(ready); }
   // New completion requests get 503 (shutdown in progress); requests in flight continue.
   void refuse_new_requests() { refusing_.store(true); }
+  // Most completion requests held at once.
+  int max_in_flight() const { return max_in_flight_; }
 
  private:
-  void handle_completion(const httplib::Request& req, httplib::Response& res, bool chat);
+  void handle_completion(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader,
+                         bool chat);
+  // The request's prompt tokens, or the error to answer with.
+  std::variant<std::vector<int32_t>, ApiError> prompt_tokens(const CompletionParams& params) const;
   bool authorized(const httplib::Request& req) const;
+  // Checks that apply to every route before it runs (CORS, Host/Origin, method, API key); true when the
+  // request was answered here.
+  bool screen(const httplib::Request& req, httplib::Response& res) const;
 
   EngineLoop& loop_;
   const Tokenizer& tokenizer_;
@@ -64,10 +81,13 @@ class HttpServer {
   Metrics& metrics_;
   ServerConfig config_;
   int32_t max_seq_len_;
-  std::unique_ptr<httplib::Server> http_;
+  WebPolicy web_policy_;
+  int max_in_flight_;
+  std::unique_ptr<HttpListener> http_;
   std::thread thread_;
   int port_ = 0;
   std::atomic<bool> ready_{false}, refusing_{false};
+  std::atomic<int> n_in_flight_{0};  // completion requests admitted and not answered
 };
 
 }  // namespace kestrel

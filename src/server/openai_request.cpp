@@ -1,6 +1,8 @@
 #include "server/openai_request.h"
 
+#include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <variant>
 
@@ -74,6 +76,41 @@ void parse_token_list(Fields& f, const json& list, const char* key, std::vector<
       return f.fail(key, std::string("'") + key + "' must hold non-negative token ids");
     out.push_back(static_cast<int32_t>(t.get<int64_t>()));
   }
+}
+
+// {"token id": bias, ...} with ids as decimal strings and biases in [-100, 100].
+void parse_logit_bias(Fields& f, const json& object, std::vector<std::pair<int32_t, float>>& out) {
+  const char* key = "logit_bias";
+  if (!object.is_object() || object.size() > 1024)
+    return f.fail(key, "'logit_bias' must be an object of at most 1024 token ids to biases");
+  for (const auto& [id_text, bias] : object.items()) {
+    char* end = nullptr;
+    const long long id = std::strtoll(id_text.c_str(), &end, 10);
+    if (id_text.empty() || *end != '\0' || id < 0 || id > kMaxTokenId || !std::isdigit(static_cast<unsigned char>(id_text[0])))
+      return f.fail(key, "'logit_bias' keys must be token ids, e.g. {\"50256\": -100}");
+    if (!bias.is_number() || !std::isfinite(bias.get<double>()) || bias.get<double>() < -100 || bias.get<double>() > 100)
+      return f.fail(key, "'logit_bias' values must be numbers in [-100, 100]");
+    out.emplace_back(static_cast<int32_t>(id), bias.get<float>());
+  }
+}
+
+// Parameters of the OpenAI API that kestrel does not implement yet: asking for them is an error rather
+// than a silently different answer. (A value that asks for nothing, such as response_format "text" or an
+// empty tools list, is accepted.)
+void refuse_unsupported(Fields& f, bool chat) {
+  if (const json* rf = f.find("response_format")) {
+    if (!rf->is_object() || rf->value("type", "") != "text")
+      f.fail("response_format", "'response_format' (structured output) is not supported yet; only {\"type\": \"text\"}");
+  }
+  for (const char* key : {"tools", "functions"})
+    if (const json* v = f.find(key); v && !(v->is_array() && v->empty()))
+      f.fail(key, std::string("'") + key + "' (tool calling) is not supported yet");
+  for (const char* key : {"tool_choice", "function_call"})
+    if (const json* v = f.find(key); v && !(v->is_string() && (v->get<std::string>() == "none" || v->get<std::string>() == "auto")))
+      f.fail(key, std::string("'") + key + "' (tool calling) is not supported yet");
+  if (!chat)
+    if (const json* v = f.find("suffix"); v && !(v->is_string() && v->get<std::string>().empty()))
+      f.fail("suffix", "'suffix' (insertion) is not supported");
 }
 
 void parse_messages(Fields& f, const json& list, std::vector<ChatMessage>& out) {
@@ -172,6 +209,15 @@ std::variant<CompletionParams, ApiError> parse_completion_request(const std::str
   i64 = 1;
   f.integer("n", i64, 1, 16);
   p.n = static_cast<int32_t>(i64);
+  if (!chat) {
+    i64 = p.n;
+    f.integer("best_of", i64, 1, 16);
+    p.best_of = static_cast<int32_t>(i64);
+    if (p.best_of < p.n) f.fail("best_of", "'best_of' must be at least 'n'");
+    else if (p.best_of > p.n && p.stream) f.fail("best_of", "'best_of' cannot be used with 'stream': true");
+  }
+  if (const json* bias = f.find("logit_bias")) parse_logit_bias(f, *bias, p.sampling.logit_bias);
+  refuse_unsupported(f, chat);
   if (const json* stop = f.find("stop")) {
     if (stop->is_string() && !stop->get<std::string>().empty()) {
       p.stop.push_back(stop->get<std::string>());

@@ -35,6 +35,7 @@ struct CompletionParams {
   SamplingParams sampling;              // with OpenAI's defaults (temperature 1, no top-k/top-p/min-p)
   bool seeded = false;                  // a seed was given (else the server draws one)
   int32_t n = 1;
+  int32_t best_of = 1;                  // completions: generate this many, return the n most likely
   std::vector<std::string> stop;        // stop strings (not included in the output)
   std::vector<int32_t> stop_token_ids;  // stop tokens (not included in the output)
   bool ignore_eos = false;

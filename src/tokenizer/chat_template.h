@@ -16,6 +16,13 @@ struct ChatMessage {
   std::string content;
 };
 
+// ChatML (<|im_start|>role\n...<|im_end|>), the format servers fall back to for a model without a template.
+inline constexpr const char* kChatMlTemplate =
+    "{%- for message in messages -%}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}";
+
 class ChatTemplate {
  public:
   static Result<ChatTemplate> parse(const std::string& source);

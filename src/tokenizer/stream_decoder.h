@@ -1,5 +1,6 @@
-// Incremental detokenization for streaming: feed tokens one at a time, get back only text that ends on a
-// complete UTF-8 character; bytes of a character split across tokens are held until it completes.
+// Incremental detokenization for streaming: feed tokens one at a time, get back well-formed UTF-8 only;
+// bytes of a character split across tokens are held until it completes, and bytes that cannot form one
+// become U+FFFD. Pushing tokens one at a time gives the same text as decoding them together.
 #pragma once
 #include <string>
 
@@ -21,13 +22,10 @@ class StreamDecoder {
       strip_leading_space_ = false;
     }
     pending_ += piece;
-    const size_t n = utf8::complete_prefix(pending_);
-    std::string ready = pending_.substr(0, n);
-    pending_.erase(0, n);
-    return ready;
+    return utf8::take_well_formed(pending_, false);
   }
-  // Whatever is still held (an incomplete character at the end of generation), emitted as is.
-  std::string flush() { return std::exchange(pending_, std::string()); }
+  // Whatever is still held at the end of generation (an incomplete character becomes U+FFFD).
+  std::string flush() { return utf8::take_well_formed(pending_, true); }
 
  private:
   const Tokenizer& tokenizer_;

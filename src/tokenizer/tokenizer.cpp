@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdint>
 #include <cstdlib>
 #include <functional>
 #include <optional>
@@ -101,6 +102,7 @@ Result<Tokenizer> Tokenizer::from_vocab(Vocab vocab) {
     t.pre_ = pre.value();
   }
   for (int32_t id = 0; id < v.n_tokens(); ++id) {
+    t.max_token_bytes_ = std::max(t.max_token_bytes_, v.tokens[static_cast<size_t>(id)].size());
     const TokenType type = v.types[static_cast<size_t>(id)];
     if ((type == TokenType::Control || type == TokenType::UserDefined || type == TokenType::Unknown) &&
         !v.tokens[static_cast<size_t>(id)].empty())
@@ -127,8 +129,16 @@ Result<Tokenizer> Tokenizer::from_vocab(Vocab vocab) {
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special) const {
+  return *encode(text, add_special, parse_special, SIZE_MAX);
+}
+
+std::optional<std::vector<int32_t>> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special,
+                                                      size_t max_tokens) const {
   std::vector<int32_t> out;
   if (!has_vocab()) return out;
+  // Every token stands for at most max_token_bytes_ bytes of the text (plus the BOS/EOS and SentencePiece's
+  // leading space), so a longer text needs more tokens than allowed.
+  if (max_tokens < SIZE_MAX / 2 && text.size() / max_token_bytes_ > max_tokens + 2) return std::nullopt;
   if (add_special && vocab_.add_bos) out.push_back(vocab_.bos);
 
   // Partition the text into raw fragments and special tokens, longest special text first.
@@ -160,15 +170,18 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, 
       out.push_back(f.token);
       prev_special = true;
     } else if (!f.text.empty()) {
-      encode_text(f.text, prev_special, out);
+      encode_text(f.text, prev_special, out, max_tokens);
       prev_special = false;
     }
+    if (out.size() > max_tokens) return std::nullopt;
   }
   if (add_special && vocab_.add_eos && vocab_.eos >= 0) out.push_back(vocab_.eos);
+  if (out.size() > max_tokens) return std::nullopt;
   return out;
 }
 
-void Tokenizer::encode_text(const std::string& text, bool after_special, std::vector<int32_t>& out) const {
+void Tokenizer::encode_text(const std::string& text, bool after_special, std::vector<int32_t>& out,
+                            size_t max_tokens) const {
   if (vocab_.type == VocabType::Spm) {
     std::string s = (vocab_.add_space_prefix && after_special) ? " " + text : text;
     replace_all(s, " ", kSpmSpace);
@@ -178,6 +191,7 @@ void Tokenizer::encode_text(const std::string& text, bool after_special, std::ve
       std::string mapped;
       for (unsigned char c : word) mapped += byte_to_unicode_[c];
       encode_bpe_word(mapped, out);
+      if (out.size() > max_tokens) return;
     }
   }
 }

@@ -51,24 +51,49 @@ inline uint32_t decode(std::string_view s, size_t& pos) {
   return cp;
 }
 
-// Length of the longest prefix of s that is complete UTF-8 (a trailing partial sequence is excluded;
-// invalid bytes count as complete so they are never held back forever).
-inline size_t complete_prefix(std::string_view s) {
-  size_t pos = 0;
-  while (pos < s.size()) {
-    const auto c = static_cast<unsigned char>(s[pos]);
-    const size_t len = sequence_length(c);
-    if (len == 1) { ++pos; continue; }
-    if (pos + len > s.size()) {
-      // Incomplete only if every byte present so far is a continuation byte.
-      bool all_continuations = true;
-      for (size_t i = pos + 1; i < s.size(); ++i)
-        all_continuations &= (static_cast<unsigned char>(s[i]) & 0xC0) == 0x80;
-      return all_continuations ? pos : s.size();
+// Takes the decidable front of `pending` as well-formed UTF-8: well-formed sequences pass unchanged, each
+// maximal ill-formed subpart becomes one U+FFFD (Unicode's "substitution of maximal subparts"), and a
+// trailing sequence that may still complete stays in pending, unless `final`. The result does not depend on
+// how the bytes were split across calls, so streamed text equals the text decoded in one go.
+inline std::string take_well_formed(std::string& pending, bool final) {
+  static const char kReplacement[] = "\xEF\xBF\xBD";
+  std::string out;
+  const size_t n = pending.size();
+  size_t i = 0;
+  while (i < n) {
+    const auto c = static_cast<unsigned char>(pending[i]);
+    if (c < 0x80) {
+      out += static_cast<char>(c);
+      ++i;
+      continue;
     }
-    pos += len;
+    // The sequence's length and the range its second byte must be in (Unicode Table 3-7).
+    size_t len = 0;
+    unsigned lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) len = 2;
+    else if (c == 0xE0) len = 3, lo = 0xA0;
+    else if (c == 0xED) len = 3, hi = 0x9F;
+    else if (c >= 0xE1 && c <= 0xEF) len = 3;
+    else if (c == 0xF0) len = 4, lo = 0x90;
+    else if (c == 0xF4) len = 4, hi = 0x8F;
+    else if (c >= 0xF1 && c <= 0xF3) len = 4;
+    size_t k = 1;
+    while (len > 0 && k < len && i + k < n) {
+      const auto b = static_cast<unsigned char>(pending[i + k]);
+      if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) break;
+      ++k;
+    }
+    if (len > 0 && k == len) {
+      out.append(pending, i, len);
+    } else if (len > 0 && i + k == n && !final) {
+      break;  // may still complete
+    } else {
+      out += kReplacement;
+    }
+    i += len > 0 ? k : 1;
   }
-  return pos;
+  pending.erase(0, i);
+  return out;
 }
 
 }  // namespace kestrel::utf8

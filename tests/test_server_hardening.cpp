@@ -1,0 +1,433 @@
+// The server against hostile and careless clients (issue 10): bounded bodies, heads and prompts,
+// abandoned non-streaming requests cancelled, bounded admission with /health always answering, shutdown
+// that says a request was cut off, web-facing checks (Host/Origin, CORS, methods, content types, auth
+// scheme) and parameters that are honoured or refused, never ignored.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include "sample/sampler.h"
+#include "server_fixture.h"
+
+namespace kestrel {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int connect_to(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  timeval tv{30, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return fd;
+}
+
+// Reads what the server sends until it closes the connection or a full response head and body arrived.
+std::string read_response(int fd) {
+  std::string seen;
+  char buf[4096];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) {
+    seen.append(buf, static_cast<size_t>(n));
+    const size_t head_end = seen.find("\r\n\r\n");
+    const size_t cl = seen.find("Content-Length: ");
+    if (head_end != std::string::npos && cl != std::string::npos && cl < head_end &&
+        seen.size() >= head_end + 4 + std::stoul(seen.substr(cl + 16)))
+      break;
+  }
+  return seen;
+}
+
+// Sends data (stopping early once the server has answered) and returns the server's response.
+std::string send_until_answered(int port, const std::string& head, const std::function<bool(int)>& send_more) {
+  const int fd = connect_to(port);
+  if (fd < 0) return "";
+  ::send(fd, head.data(), head.size(), MSG_NOSIGNAL);
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 0) > 0) break;  // the server answered
+    if (!send_more(fd)) break;
+  }
+  std::string response = read_response(fd);
+  ::close(fd);
+  return response;
+}
+
+int status_of(const std::string& response) { return response.size() > 12 ? std::atoi(response.c_str() + 9) : 0; }
+
+long rss_kb() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::atol(line.c_str() + 6);
+  return 0;
+}
+
+// 2. A chunked body is held to --max-body like any other: 413 and an error object, without the server
+// buffering what the client keeps sending (it used to read a 50 MB chunked body whole).
+TEST_F(ServerTest, ChunkedBodyOverTheLimitGets413WithoutBeingBuffered) {
+  start();
+  const long before = rss_kb();
+  const std::string chunk(64 * 1024, 'x');
+  char size_line[32];
+  std::snprintf(size_line, sizeof size_line, "%zx\r\n", chunk.size());
+  const std::string framed = size_line + chunk + "\r\n";
+  size_t sent = 0;
+  const std::string response = send_until_answered(
+      server_->port(),
+      "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+      "Transfer-Encoding: chunked\r\n\r\nc\r\n{\"prompt\": \"\r\n",
+      [&](int fd) {
+        if (sent >= (64u << 20)) return false;
+        const ssize_t n = ::send(fd, framed.data(), framed.size(), MSG_NOSIGNAL);
+        if (n <= 0) return false;
+        sent += static_cast<size_t>(n);
+        return true;
+      });
+  EXPECT_EQ(status_of(response), 413) << response.substr(0, 300);
+  EXPECT_NE(response.find("\"error\""), std::string::npos) << response;
+  EXPECT_LT(rss_kb() - before, 8 * 1024) << "the server grew by more than 8 MB while refusing the body";
+  EXPECT_LT(sent, size_t{64} << 20) << "the server kept reading a body it had refused";
+  // A Content-Length body over the limit gets the same answer.
+  expect_error("/v1/completions", "{\"prompt\": \"" + std::string(100 * 1024, 'y') + "\"}", 413);
+  auto r = post("/v1/completions", R"({"prompt": "Once", "max_tokens": 2})");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+}
+
+// 2. Request lines and header sections have limits too (414 and 431), checked as the bytes arrive.
+TEST_F(ServerTest, OversizedRequestLineAndHeadersGet414And431) {
+  start();
+  const std::string filler(4096, 'a');
+  size_t sent = 0;
+  std::string response = send_until_answered(server_->port(), "GET /v1/models?q=", [&](int fd) {
+    if (sent >= (16u << 20)) return false;
+    const ssize_t n = ::send(fd, filler.data(), filler.size(), MSG_NOSIGNAL);
+    sent += n > 0 ? static_cast<size_t>(n) : 0;
+    return n > 0;
+  });
+  EXPECT_EQ(status_of(response), 414) << response.substr(0, 200);
+  EXPECT_LT(sent, size_t{16} << 20);
+  sent = 0;
+  const std::string header = "X-Filler: " + filler + "\r\n";
+  response = send_until_answered(server_->port(), "GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n", [&](int fd) {
+    if (sent >= (16u << 20)) return false;
+    const ssize_t n = ::send(fd, header.data(), header.size(), MSG_NOSIGNAL);
+    sent += n > 0 ? static_cast<size_t>(n) : 0;
+    return n > 0;
+  });
+  EXPECT_EQ(status_of(response), 431) << response.substr(0, 200);
+  EXPECT_NE(response.find("\"error\""), std::string::npos);
+  EXPECT_EQ(client_->Get("/health")->status, 200);
+}
+
+// 2. A prompt longer than the context is refused without tokenising all of it.
+TEST_F(ServerTest, HugePromptIsRefusedByItsLength) {
+  start(64, "", [](ServerConfig& c) { c.max_body_bytes = 4 << 20; });
+  const std::string prompt(2 << 20, 'a');
+  const long before = rss_kb();
+  auto r = post("/v1/completions", "{\"prompt\": \"" + prompt + "\", \"max_tokens\": 1}");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_NE(r->body.find("context"), std::string::npos) << r->body;
+  EXPECT_LT(rss_kb() - before, 32 * 1024);
+  // The bounded encoder gives up early and agrees with the plain one below the limit.
+  EXPECT_FALSE(tokenizer_->encode(prompt, true, false, 1000).has_value());
+  const std::string text = "Once upon a time, there was a little girl.";
+  const auto plain = tokenizer_->encode(text, true);
+  EXPECT_EQ(tokenizer_->encode(text, true, false, plain.size()), plain);
+  EXPECT_FALSE(tokenizer_->encode(text, true, false, plain.size() - 1).has_value());
+}
+
+// 3. Non-streaming clients that give up are noticed while they wait, and their work is cancelled.
+TEST_F(ServerTest, AbandonedNonStreamingRequestsAreCancelled) {
+  start(/*max_pending=*/200);
+  const std::string body = R"({"prompt": "Once upon a time", "max_tokens": 200, "ignore_eos": true})";
+  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                              "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  const int64_t generated_before = loop_->stats().generated_tokens;
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 100; ++i)
+    clients.emplace_back([&] {
+      const int fd = connect_to(server_->port());
+      if (fd < 0) return;
+      ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      ::close(fd);
+    });
+  for (auto& t : clients) t.join();
+  EXPECT_TRUE(wait_idle());
+  const int64_t generated = loop_->stats().generated_tokens - generated_before;
+  std::printf("100 abandoned requests of 200 tokens generated %lld tokens\n", static_cast<long long>(generated));
+  EXPECT_LT(generated, 100 * 200 / 10);
+  EXPECT_NE(metrics_.render().find("status=\"499\""), std::string::npos);
+}
+
+// 4. Beyond capacity, requests get 503 with Retry-After at once, and /health answers during the burst.
+TEST_F(ServerTest, BurstAboveCapacityGets503AndHealthStaysFast) {
+  start(/*max_pending=*/8);  // http threads: 8 + 32 reserved
+  ASSERT_EQ(server_->max_in_flight(), 8);
+  std::atomic<int> ok{0}, busy{0}, other{0}, retry_after{0};
+  std::atomic<double> slowest_503_s{0};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 120; ++i)
+    clients.emplace_back([&] {
+      httplib::Client c("127.0.0.1", server_->port());
+      c.set_read_timeout(120, 0);
+      const auto t0 = Clock::now();
+      auto r = c.Post("/v1/completions", R"({"prompt": "Once", "max_tokens": 100, "ignore_eos": true})", "application/json");
+      const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (!r) ++other;
+      else if (r->status == 200) ++ok;
+      else if (r->status == 503) {
+        ++busy;
+        retry_after += r->has_header("Retry-After");
+        double prev = slowest_503_s.load();
+        while (s > prev && !slowest_503_s.compare_exchange_weak(prev, s)) {}
+      } else ++other;
+    });
+  double slowest_health_s = 0;
+  for (int i = 0; i < 20; ++i) {
+    httplib::Client c("127.0.0.1", server_->port());
+    const auto t0 = Clock::now();
+    auto r = c.Get("/health");
+    slowest_health_s = std::max(slowest_health_s, std::chrono::duration<double>(Clock::now() - t0).count());
+    EXPECT_TRUE(r && r->status == 200);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  for (auto& t : clients) t.join();
+  std::printf("burst of 120: %d ok, %d busy (slowest 503 %.3f s), slowest /health %.3f s\n", ok.load(), busy.load(),
+              slowest_503_s.load(), slowest_health_s);
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_GE(ok.load(), 8);
+  EXPECT_GT(busy.load(), 0);
+  EXPECT_EQ(retry_after.load(), busy.load());
+  EXPECT_LT(slowest_503_s.load(), 5.0);  // the target is within a second; generous for a loaded machine
+  EXPECT_LT(slowest_health_s, 2.0);      // the target is 100 ms
+  EXPECT_TRUE(wait_idle());
+}
+
+// 5. A request cut off by shutdown says so: finish_reason "abort" and an error, never a clean "stop".
+TEST_F(ServerTest, RequestsCutOffByShutdownEndWithAbortAndAnError) {
+  start();
+  std::string stream_body;
+  int plain_status = 0;
+  std::thread streaming([&] {
+    httplib::Client c("127.0.0.1", server_->port());
+    c.set_read_timeout(60, 0);
+    auto r = c.Post("/v1/completions", R"({"prompt": "Once", "max_tokens": 5000, "ignore_eos": true, "stream": true})",
+                    "application/json");
+    if (r) stream_body = r->body;
+  });
+  std::thread plain([&] {
+    httplib::Client c("127.0.0.1", server_->port());
+    c.set_read_timeout(60, 0);
+    auto r = c.Post("/v1/completions", R"({"prompt": "Once", "max_tokens": 5000, "ignore_eos": true})", "application/json");
+    if (r) plain_status = r->status;
+  });
+  while (loop_->n_pending() < 2 || loop_->stats().generated_tokens < 20) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  server_->refuse_new_requests();
+  loop_->stop(/*finish_in_flight=*/false);  // the drain limit passed
+  streaming.join();
+  plain.join();
+  EXPECT_NE(stream_body.find("\"finish_reason\":\"abort\""), std::string::npos) << stream_body.substr(stream_body.size() - 300);
+  EXPECT_NE(stream_body.find("data: {\"error\""), std::string::npos);
+  EXPECT_EQ(stream_body.find("\"finish_reason\":\"stop\""), std::string::npos);
+  EXPECT_EQ(plain_status, 503);
+}
+
+// 7. Browser-facing checks without an API key: Host (DNS rebinding) and Origin, CORS when allowed.
+TEST_F(ServerTest, CrossSiteAndRebindingRequestsAreRefused) {
+  start();
+  const std::string body = R"({"prompt": "Once", "max_tokens": 1})";
+  auto r = client_->Post("/v1/completions", {{"Origin", "https://evil.example"}}, body, "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 403);
+  httplib::Client rebound("127.0.0.1", server_->port());
+  rebound.set_default_headers({{"Host", "attacker.example:8080"}});
+  r = rebound.Post("/v1/completions", body, "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 403);
+  // The server's own origin, and clients that send no Origin, are fine.
+  const std::string self = "http://127.0.0.1:" + std::to_string(server_->port());
+  r = client_->Post("/v1/completions", {{"Origin", self}}, body, "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  r = client_->Options("/v1/completions", {{"Origin", "https://evil.example"}, {"Access-Control-Request-Method", "POST"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 403);
+}
+
+TEST_F(ServerTest, AllowedCorsOriginGetsPreflightAndHeaders) {
+  start(64, "", [](ServerConfig& c) { c.cors_origin = "https://app.example"; });
+  auto r = client_->Options("/v1/chat/completions", {{"Origin", "https://app.example"},
+                                                     {"Access-Control-Request-Method", "POST"},
+                                                     {"Access-Control-Request-Headers", "authorization, content-type"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 204);
+  EXPECT_EQ(r->get_header_value("Access-Control-Allow-Origin"), "https://app.example");
+  EXPECT_NE(r->get_header_value("Access-Control-Allow-Methods").find("POST"), std::string::npos);
+  EXPECT_EQ(r->get_header_value("Access-Control-Allow-Headers"), "authorization, content-type");
+  r = client_->Post("/v1/completions", {{"Origin", "https://app.example"}}, R"({"prompt": "Once", "max_tokens": 1})",
+                    "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->get_header_value("Access-Control-Allow-Origin"), "https://app.example");
+  r = client_->Post("/v1/completions", {{"Origin", "https://other.example"}}, R"({"prompt": "Once", "max_tokens": 1})",
+                    "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 403);
+}
+
+TEST_F(ServerTest, MethodsContentTypesAndAuthScheme) {
+  start(64, "sk-test");
+  auto r = client_->Post("/health", "", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 405);
+  EXPECT_EQ(r->get_header_value("Allow"), "GET, HEAD");
+  r = client_->Get("/v1/completions", {{"Authorization", "Bearer sk-test"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 405);
+  EXPECT_EQ(r->get_header_value("Allow"), "POST");
+  r = client_->Post("/v1/completions", {{"Authorization", "bearer sk-test"}}, "prompt=Once", "application/x-www-form-urlencoded");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 415);
+  EXPECT_NE(r->body.find("JSON"), std::string::npos);
+  r = client_->Post("/v1/completions", {{"Authorization", "bearer sk-test"}}, R"({"prompt": "Once", "max_tokens": 1})",
+                    "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;  // the scheme is case-insensitive
+  r = client_->Post("/v1/completions", {{"Authorization", "Basic sk-test"}}, R"({"prompt": "Once", "max_tokens": 1})",
+                    "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 401);
+}
+
+// 8. logit_bias works on both endpoints; a banned token never appears.
+TEST_F(ServerTest, LogitBiasBansAndForcesTokens) {
+  start();
+  const std::string greedy = R"({"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0, "logprobs": 0)";
+  auto r = post("/v1/completions", greedy + "}");
+  ASSERT_TRUE(r && r->status == 200);
+  const std::string first = json::parse(r->body)["choices"][0]["logprobs"]["tokens"][0];
+  const auto ids = tokenizer_->encode(first, false);
+  ASSERT_FALSE(ids.empty());
+  // The greedy first piece's token, banned: the text starts otherwise.
+  int32_t banned = -1;
+  for (int32_t id = 0; id < tokenizer_->vocab().n_tokens(); ++id)
+    if (tokenizer_->token_to_piece(id) == first) banned = id;
+  ASSERT_GE(banned, 0);
+  r = post("/v1/completions", greedy + ", \"logit_bias\": {\"" + std::to_string(banned) + "\": -100}}");
+  ASSERT_TRUE(r && r->status == 200) << r->body;
+  const json biased = json::parse(r->body)["choices"][0]["logprobs"]["tokens"];
+  for (const auto& t : biased) EXPECT_NE(t, first);
+  // +100 forces a token on the chat endpoint.
+  r = post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "temperature": 0.8,
+           "seed": 3, "logprobs": true, "logit_bias": {"300": 100}})");
+  ASSERT_TRUE(r && r->status == 200) << r->body;
+  const json forced = json::parse(r->body)["choices"][0]["logprobs"]["content"];
+  ASSERT_FALSE(forced.empty());
+  for (const auto& t : forced) EXPECT_EQ(t["token"], tokenizer_->token_to_piece(300));
+  expect_error("/v1/completions", R"({"prompt": "x", "logit_bias": {"5": 101}})", 400, "logit_bias");
+  expect_error("/v1/completions", R"({"prompt": "x", "logit_bias": {"abc": 1}})", 400, "logit_bias");
+  expect_error("/v1/completions", R"({"prompt": "x", "logit_bias": {"99999999": 1}})", 400);
+}
+
+// 8. best_of returns the most likely of its choices; choices' seeds are mixed, not seed + index.
+TEST_F(ServerTest, BestOfReturnsTheMostLikelyChoice) {
+  start();
+  const std::string base = R"({"prompt": "Once upon a time", "max_tokens": 10, "temperature": 1.0, "seed": 11, "logprobs": 0)";
+  auto all = post("/v1/completions", base + ", \"n\": 4}");
+  ASSERT_TRUE(all && all->status == 200) << all->body;
+  double best = -1e30;
+  std::string best_text;
+  const json all_choices = json::parse(all->body)["choices"];
+  for (const auto& c : all_choices) {
+    double sum = 0;
+    for (const auto& lp : c["logprobs"]["token_logprobs"]) sum += lp.get<double>();
+    if (sum > best) {
+      best = sum;
+      best_text = c["text"].get<std::string>();
+    }
+  }
+  auto r = post("/v1/completions", base + ", \"n\": 1, \"best_of\": 4}");
+  ASSERT_TRUE(r && r->status == 200) << r->body;
+  const json j = json::parse(r->body);
+  ASSERT_EQ(j["choices"].size(), 1u);
+  EXPECT_EQ(j["choices"][0]["text"], best_text);
+  EXPECT_EQ(j["choices"][0]["index"], 0);
+  expect_error("/v1/completions", R"({"prompt": "x", "n": 3, "best_of": 2})", 400, "best_of");
+  expect_error("/v1/completions", R"({"prompt": "x", "best_of": 2, "stream": true})", 400, "best_of");
+  // Choice 1 of seed 1 is not choice 0 of seed 2.
+  EXPECT_NE(choice_seed(1, 1), 2u);
+  auto two = post("/v1/completions", R"({"prompt": "Once", "max_tokens": 12, "temperature": 1.5, "seed": 1, "n": 2})");
+  auto next = post("/v1/completions", R"({"prompt": "Once", "max_tokens": 12, "temperature": 1.5, "seed": 2})");
+  ASSERT_TRUE(two && next);
+  EXPECT_NE(json::parse(two->body)["choices"][1]["text"], json::parse(next->body)["choices"][0]["text"]);
+}
+
+// 8. Parameters kestrel does not implement are refused by name, never silently ignored.
+TEST_F(ServerTest, UnsupportedParametersAreRefused) {
+  start();
+  const std::string chat = R"("messages": [{"role": "user", "content": "hi"}])";
+  expect_error("/v1/chat/completions", "{" + chat + R"(, "response_format": {"type": "json_object"}})", 400, "response_format");
+  expect_error("/v1/chat/completions", "{" + chat + R"(, "tools": [{"type": "function", "function": {"name": "f"}}]})", 400, "tools");
+  expect_error("/v1/chat/completions", "{" + chat + R"(, "tool_choice": "required"})", 400, "tool_choice");
+  expect_error("/v1/completions", R"({"prompt": "x", "suffix": "y"})", 400, "suffix");
+  auto r = post("/v1/chat/completions", "{" + chat + R"(, "max_tokens": 2, "response_format": {"type": "text"}, "tools": []})");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+}
+
+// 6. The streamed text equals the non-streamed text byte for byte, with byte-fallback tokens that form
+// UTF-8 only together (stories260K's vocabulary is mostly bytes; forcing byte tokens exercises the splits).
+TEST_F(ServerTest, StreamedTextEqualsTheNonStreamedText) {
+  start();
+  // Bias a few byte tokens that start or continue multi-byte characters so they appear often.
+  json bias = json::object();
+  for (int b : {0xC3, 0xE2, 0x82, 0xAC, 0xF0, 0x9F, 0xA9})
+    for (int32_t id = 0; id < tokenizer_->vocab().n_tokens(); ++id)
+      if (tokenizer_->token_to_piece(id) == std::string(1, static_cast<char>(b))) bias[std::to_string(id)] = 6;
+  ASSERT_FALSE(bias.empty()) << "stories260K should have byte tokens";
+  for (int seed : {1, 2, 3, 42}) {
+    json req = {{"prompt", "Once upon a time"}, {"max_tokens", 80}, {"temperature", 0.8}, {"seed", seed},
+                {"logit_bias", bias}};
+    auto plain = post("/v1/completions", req.dump());
+    ASSERT_TRUE(plain && plain->status == 200) << plain->body;
+    const std::string whole = json::parse(plain->body)["choices"][0]["text"];
+    req["stream"] = true;
+    auto streamed = post("/v1/completions", req.dump());
+    ASSERT_TRUE(streamed && streamed->status == 200);
+    std::string text;
+    for (size_t at = 0; (at = streamed->body.find("data: {", at)) != std::string::npos; ++at) {
+      const size_t end = streamed->body.find("\n\n", at);
+      const json chunk = json::parse(streamed->body.substr(at + 6, end - at - 6));
+      text += chunk["choices"][0]["text"].get<std::string>();
+    }
+    EXPECT_EQ(text, whole) << "seed " << seed;
+  }
+}
+
+TEST(ChatTemplate, ChatMlDefaultRenders) {
+  auto t = ChatTemplate::parse(kChatMlTemplate);
+  ASSERT_TRUE(t.ok()) << t.error();
+  auto text = t->render({{"system", "Be brief."}, {"user", "Hi"}}, true, "", "");
+  ASSERT_TRUE(text.ok()) << text.error();
+  EXPECT_EQ(*text, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+}
+
+}  // namespace
+}  // namespace kestrel
