@@ -121,3 +121,27 @@ TEST(Cli, BenchReportsLlamaBenchRows) {
 
 }  // namespace
 }  // namespace kestrel
+
+namespace kestrel {
+namespace {
+
+// kestrel serve: the first SIGINT drains (new requests get 503), the second stops at once although the
+// drain limit (--shutdown-timeout 120) is far off, and the stream it cut off ends with finish_reason
+// "abort" and an error event, never a clean "stop".
+TEST(Cli, ServeDrainsOnFirstSignalAndStopsOnTheSecond) {
+  KESTREL_REQUIRE_SHARED(shared);
+  std::string out;
+  const std::string cmd = "bash " + std::string(KESTREL_SOURCE_DIR) + "/tests/scripts/serve_signals.sh " +
+                          KESTREL_BINARY + " " + shared + "/models/stories260K/stories260K.gguf 2>&1";
+  ASSERT_EQ(test::run_command(cmd, out), 0) << out;
+  EXPECT_NE(out.find("refused_while_draining=503"), std::string::npos) << out;
+  const size_t at = out.find("elapsed_ms=");
+  ASSERT_NE(at, std::string::npos) << out;
+  EXPECT_LT(std::stoi(out.substr(at + 11)), 20000) << out;  // the second signal did not wait for the drain limit
+  EXPECT_NE(out.find("\"finish_reason\":\"abort\""), std::string::npos) << out;
+  EXPECT_NE(out.find("data: {\"error\""), std::string::npos) << out;
+  EXPECT_EQ(out.find("\"finish_reason\":\"stop\""), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace kestrel

@@ -131,6 +131,11 @@ int run_serve(ServeArgs& a) {
     std::fprintf(stderr, "kestrel serve: %s; cancelling %zu requests\n",
                  g_signals.load() >= 2 ? "second signal" : "shutdown timeout", loop.n_pending());
   loop.stop(/*finish_in_flight=*/false);
+  // Let the handlers send what the cancellation produced (a stream's "abort" chunk and error event) before
+  // the HTTP server stops writing.
+  const auto flush_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (server.n_in_flight() > 0 && std::chrono::steady_clock::now() < flush_deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   server.stop();
   return 0;
 }

@@ -62,8 +62,9 @@ class HttpServer {
   void set_ready(bool ready) { ready_.store(ready); }
   // New completion requests get 503 (shutdown in progress); requests in flight continue.
   void refuse_new_requests() { refusing_.store(true); }
-  // Most completion requests held at once.
+  // Most completion requests held at once, and how many are held now (admitted, not yet fully answered).
   int max_in_flight() const { return max_in_flight_; }
+  int n_in_flight() const { return n_in_flight_.load(); }
 
  private:
   void handle_completion(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader,
