@@ -7,16 +7,11 @@ kestrel=$1
 shared=$2
 cd "$here"
 [ -d node_modules/openai ] || npm ci --no-audit --no-fund --loglevel=error
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 log=$(mktemp)
-"$kestrel" serve -m "$shared/models/stories260K/stories260K.gguf" --port "$port" -t 2 \
-  --chat-template-file "$shared/chat-templates/Qwen-Qwen2.5-7B-Instruct.jinja" >"$log" 2>&1 &
-server=$!
+source "$here/../scripts/start_server.sh"
 trap 'kill $server 2>/dev/null || true; rm -f "$log"' EXIT
-for _ in $(seq 1 100); do
-  curl -sf "http://127.0.0.1:$port/ready" >/dev/null 2>&1 && break
-  sleep 0.1
-done
+start_server "$kestrel" "$log" -m "$shared/models/stories260K/stories260K.gguf" -t 2 \
+  --chat-template-file "$shared/chat-templates/Qwen-Qwen2.5-7B-Instruct.jinja"
 status=0
 KESTREL_URL="http://127.0.0.1:$port" node test.mjs || status=$?
 kill -TERM $server

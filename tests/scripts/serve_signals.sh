@@ -6,16 +6,11 @@
 set -euo pipefail
 kestrel=$1
 model=$2
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 log=$(mktemp)
 stream=$(mktemp)
-"$kestrel" serve -m "$model" --port "$port" -t 1 --shutdown-timeout 120 >"$log" 2>&1 &
-server=$!
-trap 'kill -9 $server 2>/dev/null || true; rm -f "$log" "$stream"' EXIT
-for _ in $(seq 1 100); do
-  curl -sf "http://127.0.0.1:$port/ready" >/dev/null 2>&1 && break
-  sleep 0.1
-done
+source "$(dirname "$0")/start_server.sh"
+trap 'kill -9 ${server:-} 2>/dev/null || true; rm -f "$log" "$stream"' EXIT
+start_server "$kestrel" "$log" -m "$model" -t 1 --shutdown-timeout 120
 curl -sN "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
   -d '{"prompt": "Once", "max_tokens": 100000, "ignore_eos": true, "stream": true}' >"$stream" &
 client=$!
