@@ -120,7 +120,8 @@ TEST(Cli, BenchReportsLlamaBenchRows) {
   std::filesystem::remove(model);
 }
 
-// kestrel serve: the first SIGINT drains (new requests get 503), the second stops at once although the
+// kestrel serve: chat works on a model without a template (ChatML, with a warning); the first SIGINT drains
+// (new requests get 503), the second stops at once although the
 // drain limit (--shutdown-timeout 120) is far off, and the stream it cut off ends with finish_reason
 // "abort" and an error event, never a clean "stop".
 TEST(Cli, ServeDrainsOnFirstSignalAndStopsOnTheSecond) {
@@ -130,6 +131,8 @@ TEST(Cli, ServeDrainsOnFirstSignalAndStopsOnTheSecond) {
                           KESTREL_BINARY + " " + shared + "/models/stories260K/stories260K.gguf 2>&1";
   ASSERT_EQ(test::run_command(cmd, out), 0) << out;
   EXPECT_NE(out.find("refused_while_draining=503"), std::string::npos) << out;
+  EXPECT_NE(out.find("chat_without_template=200"), std::string::npos) << out;  // stories260K has no template
+  EXPECT_NE(out.find("chatml_warning=yes"), std::string::npos) << out;
   const size_t at = out.find("elapsed_ms=");
   ASSERT_NE(at, std::string::npos) << out;
   EXPECT_LT(std::stoi(out.substr(at + 11)), 20000) << out;  // the second signal did not wait for the drain limit

@@ -11,6 +11,11 @@ stream=$(mktemp)
 source "$(dirname "$0")/start_server.sh"
 trap 'kill -9 ${server:-} 2>/dev/null || true; rm -f "$log" "$stream"' EXIT
 start_server "$kestrel" "$log" -m "$model" -t 1 --shutdown-timeout 120
+# A model without a chat template gets ChatML, with a warning at start-up.
+chat=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/v1/chat/completions" \
+  -H 'Content-Type: application/json' -d '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}' || true)
+echo "chat_without_template=$chat"
+grep -q "ChatML" "$log" && echo "chatml_warning=yes"
 curl -sN "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
   -d '{"prompt": "Once", "max_tokens": 100000, "ignore_eos": true, "stream": true}' >"$stream" &
 client=$!
