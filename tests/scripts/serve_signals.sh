@@ -19,7 +19,7 @@ grep -q "ChatML" "$log" && echo "chatml_warning=yes"
 curl -sN "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
   -d '{"prompt": "Once", "max_tokens": 100000, "ignore_eos": true, "stream": true}' >"$stream" &
 client=$!
-for _ in $(seq 1 100); do
+for _ in $(seq 1 1200); do  # up to 60 s on a busy machine
   grep -q '"text"' "$stream" 2>/dev/null && break
   sleep 0.05
 done
@@ -31,7 +31,7 @@ refused=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/v1/comp
   -H 'Content-Type: application/json' -d '{"prompt": "x", "max_tokens": 1}' || true)
 echo "refused_while_draining=$refused"
 kill -INT $server
-for _ in $(seq 1 100); do
+for _ in $(seq 1 400); do  # up to 20 s
   kill -0 $server 2>/dev/null || break
   sleep 0.05
 done
