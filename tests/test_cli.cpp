@@ -96,6 +96,7 @@ TEST(Cli, BenchReportsLlamaBenchRows) {
   EXPECT_EQ(rows[1]["test"], "tg4");
   EXPECT_EQ(rows[2]["test"], "tg4x2");
   for (const auto& r : rows) {
+    EXPECT_EQ(r["kernels"], isa_name(detected_isa()));  // the kernel path it used
     EXPECT_GT(r["avg_ts"].get<double>(), 0);
     EXPECT_GE(r["stddev_ts"].get<double>(), 0);
     EXPECT_EQ(r["samples_ts"].size(), 2u);

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "common.h"
+#include "compute/cpu/isa.h"
 #include "core/timer.h"
 #include "kv/block_pool.h"
 
@@ -179,9 +180,10 @@ void measure_depths_interleaved(const Model& model, ThreadPool& pool, const Benc
 int run_bench(BenchArgs& a) {
   ThreadPool pool(a.threads);
   nlohmann::json json_rows = nlohmann::json::array();
+  const char* kernels = isa_name(detected_isa());  // the kernel path in use (KESTREL_ISA forces one)
   if (a.output == "md") {
-    std::printf("| model | size | params | threads | test | t/s | read GB/s around the test | decode %% of bandwidth ceiling |\n");
-    std::printf("| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |\n");
+    std::printf("| model | size | params | threads | kernels | test | t/s | read GB/s around the test | decode %% of bandwidth ceiling |\n");
+    std::printf("| --- | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: |\n");
   }
   std::mt19937 rng(1234);
   std::unique_ptr<BandwidthProbe> probe;  // made on the first decode row that measures bandwidth
@@ -253,8 +255,8 @@ int run_bench(BenchArgs& a) {
       if (row.samples_ts.empty()) measure_row(row);
       const double bandwidth = Row::mean(row.bandwidth_gbs), fraction = Row::mean(row.ceiling_fractions);
       if (a.output == "md") {
-        std::printf("| %s | %.2f MiB | %.2f B | %d | %s | %.2f ± %.2f | %s | %s |\n", path.c_str(), file_bytes / 1048576.0,
-                    params / 1e9, a.threads, row.test.c_str(), row.avg_ts(), row.stddev_ts(),
+        std::printf("| %s | %.2f MiB | %.2f B | %d | %s | %s | %.2f ± %.2f | %s | %s |\n", path.c_str(),
+                    file_bytes / 1048576.0, params / 1e9, a.threads, kernels, row.test.c_str(), row.avg_ts(), row.stddev_ts(),
                     bandwidth > 0 ? std::to_string(static_cast<int>(std::lround(bandwidth))).c_str() : "",
                     fraction > 0 ? (std::to_string(static_cast<int>(std::lround(fraction * 100))) + "%").c_str() : "");
         std::fflush(stdout);
@@ -263,6 +265,7 @@ int run_bench(BenchArgs& a) {
                            {"model_size", file_bytes},
                            {"model_n_params", params},
                            {"n_threads", a.threads},
+                           {"kernels", kernels},
                            {"test", row.test},
                            {"n_prompt", row.n_prompt},
                            {"n_gen", row.n_gen},
