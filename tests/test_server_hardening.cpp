@@ -51,15 +51,18 @@ std::string read_response(int fd) {
   return seen;
 }
 
-// Sends data (stopping early once the server has answered) and returns the server's response.
-std::string send_until_answered(int port, const std::string& head, const std::function<bool(int)>& send_more) {
+// Sends head, then piece over and over (at most cap bytes in all, counted in sent) until the server answers;
+// returns the server's response.
+std::string send_until_answered(int port, const std::string& head, const std::string& piece, size_t cap, size_t& sent) {
   const int fd = connect_to(port);
   if (fd < 0) return "";
   ::send(fd, head.data(), head.size(), MSG_NOSIGNAL);
-  for (;;) {
+  for (sent = 0; sent < cap;) {
     pollfd p{fd, POLLIN, 0};
     if (::poll(&p, 1, 0) > 0) break;  // the server answered
-    if (!send_more(fd)) break;
+    const ssize_t n = ::send(fd, piece.data(), piece.size(), MSG_NOSIGNAL);
+    if (n <= 0) break;
+    sent += static_cast<size_t>(n);
   }
   std::string response = read_response(fd);
   ::close(fd);
@@ -125,17 +128,13 @@ TEST_F(ServerTest, ChunkedBodyOverTheLimitGets413WithoutBeingBuffered) {
       server_->port(),
       "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
       "Transfer-Encoding: chunked\r\n\r\nc\r\n{\"prompt\": \"\r\n",
-      [&](int fd) {
-        if (sent >= (64u << 20)) return false;
-        const ssize_t n = ::send(fd, framed.data(), framed.size(), MSG_NOSIGNAL);
-        if (n <= 0) return false;
-        sent += static_cast<size_t>(n);
-        return true;
-      });
+      framed, size_t{64} << 20, sent);
   EXPECT_EQ(status_of(response), 413) << response.substr(0, 300);
   EXPECT_NE(response.find("\"error\""), std::string::npos) << response;
   std::printf("RSS grew by %ld KiB while refusing a chunked body (%zu bytes sent)\n", rss_kb() - before, sent);
-  if (kRssIsMeaningful) EXPECT_LT(rss_kb() - before, 8 * 1024) << "the server grew by more than 8 MB while refusing the body";
+  if (kRssIsMeaningful) {
+    EXPECT_LT(rss_kb() - before, 8 * 1024) << "the server grew by more than 8 MB while refusing the body";
+  }
   EXPECT_LT(sent, size_t{64} << 20) << "the server kept reading a body it had refused";
   // A Content-Length body over the limit gets the same answer.
   expect_error("/v1/completions", "{\"prompt\": \"" + std::string(100 * 1024, 'y') + "\"}", 413);
@@ -149,22 +148,12 @@ TEST_F(ServerTest, OversizedRequestLineAndHeadersGet414And431) {
   start();
   const std::string filler(4096, 'a');
   size_t sent = 0;
-  std::string response = send_until_answered(server_->port(), "GET /v1/models?q=", [&](int fd) {
-    if (sent >= (16u << 20)) return false;
-    const ssize_t n = ::send(fd, filler.data(), filler.size(), MSG_NOSIGNAL);
-    sent += n > 0 ? static_cast<size_t>(n) : 0;
-    return n > 0;
-  });
+  std::string response = send_until_answered(server_->port(), "GET /v1/models?q=", filler, size_t{16} << 20, sent);
   EXPECT_EQ(status_of(response), 414) << response.substr(0, 200);
   EXPECT_LT(sent, size_t{16} << 20);
-  sent = 0;
   const std::string header = "X-Filler: " + filler + "\r\n";
-  response = send_until_answered(server_->port(), "GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n", [&](int fd) {
-    if (sent >= (16u << 20)) return false;
-    const ssize_t n = ::send(fd, header.data(), header.size(), MSG_NOSIGNAL);
-    sent += n > 0 ? static_cast<size_t>(n) : 0;
-    return n > 0;
-  });
+  response = send_until_answered(server_->port(), "GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n", header,
+                                 size_t{16} << 20, sent);
   EXPECT_EQ(status_of(response), 431) << response.substr(0, 200);
   EXPECT_NE(response.find("\"error\""), std::string::npos);
   EXPECT_EQ(client_->Get("/health")->status, 200);
@@ -180,7 +169,9 @@ TEST_F(ServerTest, HugePromptIsRefusedByItsLength) {
   EXPECT_EQ(r->status, 400) << r->body;
   EXPECT_NE(r->body.find("context"), std::string::npos) << r->body;
   std::printf("RSS grew by %ld KiB while refusing a 2 MiB prompt\n", rss_kb() - before);
-  if (kRssIsMeaningful) EXPECT_LT(rss_kb() - before, 32 * 1024);
+  if (kRssIsMeaningful) {
+    EXPECT_LT(rss_kb() - before, 32 * 1024);
+  }
   // The bounded encoder gives up early and agrees with the plain one below the limit.
   EXPECT_FALSE(tokenizer_->encode(prompt, true, false, 1000).has_value());
   const std::string text = "Once upon a time, there was a little girl.";

@@ -46,14 +46,6 @@ bool method_allowed(const Route& route, const std::string& method) {
   return allow.find(method) != std::string::npos && method != "OPTIONS";
 }
 
-// Form bodies (what an HTML form or curl -d without a type sends as x-www-form-urlencoded) are not JSON.
-bool is_form_content(const std::string& content_type) {
-  std::string type = content_type.substr(0, content_type.find(';'));
-  std::transform(type.begin(), type.end(), type.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  type.erase(std::remove(type.begin(), type.end(), ' '), type.end());
-  return type == "application/x-www-form-urlencoded" || type == "multipart/form-data";
-}
-
 }  // namespace
 
 HttpServer::HttpServer(EngineLoop& loop, const Tokenizer& tokenizer, ChatRenderer render_chat, Metrics& metrics,

@@ -56,6 +56,12 @@ std::optional<std::string> refuse_reason(const WebPolicy& policy, const std::str
   return "cross-origin requests from '" + origin_header + "' are refused; allow an origin with --cors-origin";
 }
 
+bool is_form_content(const std::string& content_type) {
+  std::string type = lower(content_type.substr(0, content_type.find(';')));
+  type.erase(std::remove(type.begin(), type.end(), ' '), type.end());
+  return type == "application/x-www-form-urlencoded" || type == "multipart/form-data";
+}
+
 std::string allowed_cors_origin(const WebPolicy& policy, const std::string& origin_header) {
   if (policy.cors_origin.empty() || origin_header.empty()) return "";
   if (policy.cors_origin == "*") return "*";

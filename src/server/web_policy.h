@@ -26,6 +26,9 @@ bool is_loopback_host(const std::string& host);
 // Why a request with these headers is refused (403), or nullopt when it may go on.
 std::optional<std::string> refuse_reason(const WebPolicy& policy, const std::string& host_header,
                                          const std::string& origin_header);
+// A form body (what an HTML form, or curl -d without a type, sends): application/x-www-form-urlencoded or
+// multipart/form-data. The API takes JSON only, which also keeps cross-site form posts out.
+bool is_form_content(const std::string& content_type);
 // The Access-Control-Allow-Origin value for a request from origin ("" when CORS does not apply).
 std::string allowed_cors_origin(const WebPolicy& policy, const std::string& origin_header);
 
