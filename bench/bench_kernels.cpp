@@ -9,6 +9,7 @@
 
 #include "compute/cpu/dot.h"
 #include "compute/ops.h"
+#include "core/fp16.h"
 #include "core/large_buffer.h"
 #include "core/thread_pool.h"
 #include "compute/cpu/packed_matrix.h"
@@ -102,6 +103,32 @@ void BM_PackedGemm(benchmark::State& state, DType type, Isa isa, int n_tok, size
                                               benchmark::Counter::kIsRate);
 }
 
+// The packed float GEMM (F16/BF16 weights): the layout this ISA level packs into (BF16x16 with AVX-512
+// BF16, else the Fma16 layouts), n_rows x 2048 weights against n_tok float tokens, one thread.
+void BM_PackedGemmFloat(benchmark::State& state, DType type, Isa isa, int n_tok, size_t n_rows) {
+  const size_t n_in = 2048;
+  std::mt19937 rng(1);
+  const std::vector<uint8_t> w = random_weights(type, n_in, n_rows, rng);  // [n_rows, row bytes]
+  const kestrel::WeightMatrix m{type, static_cast<int64_t>(n_in), static_cast<int64_t>(n_rows), w.data(),
+                                kestrel::row_bytes(type, n_in)};
+  const auto packed = kestrel::PackedMatrix::pack(m, isa);
+  std::vector<float> x(n_in * static_cast<size_t>(n_tok));  // [n_tok, n_in]
+  std::normal_distribution<float> dist(0, 1);
+  for (auto& v : x) v = dist(rng);
+  std::vector<uint16_t> xb(x.size());  // [n_tok, n_in] bf16 bits, for the BF16x16 kernel
+  for (size_t i = 0; i < x.size(); ++i) xb[i] = kestrel::fp32_to_bf16(x[i]);
+  std::vector<float> y(n_rows * static_cast<size_t>(n_tok));
+  for (auto _ : state) {
+    if (packed->layout == kestrel::PackedLayout::BF16x16)
+      kestrel::packed_gemm_bf16_kernel(isa)(packed->view(), xb.data(), n_tok, y.data(), n_rows, 0, packed->n_groups());
+    else
+      kestrel::packed_gemm_f32_kernel(packed->layout, isa)(packed->view(), x.data(), n_tok, y.data(), n_rows, 0, packed->n_groups());
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * packed->bytes()));
+  state.counters["GFLOPS"] = benchmark::Counter(2e-9 * n_in * n_rows * n_tok * state.iterations(), benchmark::Counter::kIsRate);
+}
+
 // Cost of one parallel_for round trip (wake the workers, run an empty body, wait for all): the barrier a
 // decode step pays once per matmul and attention call.
 void BM_ThreadPoolBarrier(benchmark::State& state) {
@@ -190,6 +217,14 @@ void register_all() {
                                         kestrel::isa_name(isa) + "/rows:" + std::to_string(rows) +
                                         "/tokens:" + std::to_string(n_tok)).c_str(),
                                        BM_PackedGemm, type, isa, n_tok, rows);
+  }
+  for (Isa isa : kestrel::runnable_isas()) {
+    if (isa == Isa::Scalar) continue;
+    for (DType type : {DType::F16, DType::BF16})
+      for (int n_tok : {1, 8, 512})
+        benchmark::RegisterBenchmark((std::string("packed_gemm_float/") + kestrel::dtype_name(type) + "/" +
+                                      kestrel::isa_name(isa) + "/rows:2048/tokens:" + std::to_string(n_tok)).c_str(),
+                                     BM_PackedGemmFloat, type, isa, n_tok, size_t{2048});
   }
   for (Isa isa : kestrel::runnable_isas())
     for (DType type : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K})

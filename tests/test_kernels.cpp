@@ -154,8 +154,12 @@ TEST(Kernels, PackedBf16GemmMatchesReference) {
     SCOPED_TRACE(dtype_name(type));
     const auto bytes = quantized(type, random_vector(n_in * n_out, 90, 0.05f), n_in);
     const WeightMatrix m{type, static_cast<int64_t>(n_in), static_cast<int64_t>(n_out), bytes.data(), row_bytes(type, n_in)};
-    const auto packed = PackedMatrix::pack(m);
+    const auto packed = PackedMatrix::pack(m, Isa::Avx512);
     ASSERT_TRUE(packed.has_value());
+    if (!cpu_has_avx512_bf16()) {
+      ASSERT_NE(packed->layout, PackedLayout::BF16x16);
+    }
+    if (packed->layout != PackedLayout::BF16x16) continue;  // the CPU lacks AVX-512 BF16: the Fma16 layouts
     for (int n_tok : {1, 5, 9}) {
       const auto x = random_vector(n_in * n_tok, 91);
       std::vector<uint16_t> xb(x.size());
@@ -176,6 +180,50 @@ TEST(Kernels, PackedBf16GemmMatchesReference) {
       if (!PackedMatrix::supports(type, n_in, n_out, detected_isa())) continue;
       packed_gemm_bf16_kernel(detected_isa())(packed->view(), xb.data(), n_tok, got.data(), n_out, 0, packed->n_groups());
       for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4 * (1 + std::fabs(want[i]))) << i;
+    }
+  }
+}
+
+// The F16/BF16 weights widened in registers (the Fma16 layouts): exact weights, float activations, in
+// decode tiles (one token, whole rows) and prefill tiles (input chunks added up in y).
+TEST(Kernels, PackedFloatGemmMatchesReferenceOnEveryIsa) {
+  const size_t n_in = 1024, n_out = 48;
+  for (DType type : {DType::F16, DType::BF16}) {
+    const auto bytes = quantized(type, random_vector(n_in * n_out, 92, 0.05f), n_in);
+    const WeightMatrix m{type, static_cast<int64_t>(n_in), static_cast<int64_t>(n_out), bytes.data(), row_bytes(type, n_in)};
+    const auto packed = PackedMatrix::pack(m, Isa::Avx2);
+    ASSERT_TRUE(packed.has_value());
+    ASSERT_EQ(packed->layout, type == DType::F16 ? PackedLayout::F16Fma16 : PackedLayout::BF16Fma16);
+    const PackedGemmF32Fn reference = packed_gemm_f32_reference(packed->layout);
+    for (int n_tok : {1, 2, 6, 7, 13, 40}) {
+      const auto x = random_vector(n_in * static_cast<size_t>(n_tok), 93 + static_cast<uint32_t>(n_tok));
+      std::vector<float> want(n_out * n_tok);
+      reference(packed->view(), x.data(), n_tok, want.data(), n_out, 0, packed->n_groups());
+      // The reference over packed bytes is the file's weights exactly.
+      std::vector<float> w(n_in);
+      for (int t = 0; t < n_tok; ++t)
+        for (size_t r = 0; r < n_out; ++r) {
+          dequantize_row(type, m.row(static_cast<int64_t>(r)), w.data(), n_in);
+          double s = 0;
+          for (size_t i = 0; i < n_in; ++i) s += static_cast<double>(w[i]) * x[t * n_in + i];
+          ASSERT_NEAR(want[t * n_out + r], s, 1e-5 * (1 + std::fabs(s))) << r;
+        }
+      for (Isa isa : runnable_isas()) {
+        if (!PackedMatrix::supports(type, n_in, n_out, isa)) continue;
+        SCOPED_TRACE(std::string(isa_name(isa)) + " " + dtype_name(type) + " n_tok=" + std::to_string(n_tok));
+        const PackedGemmF32Fn fast = packed_gemm_f32_kernel(packed->layout, isa);
+        std::vector<float> got(want.size(), -7.f);
+        fast(packed->view(), x.data(), n_tok, got.data(), n_out, 1, 3);
+        for (size_t i = 0; i < got.size(); ++i) {
+          if (i % n_out < 16) EXPECT_EQ(got[i], -7.f) << "group 0 was not asked for";
+          else EXPECT_NEAR(got[i], want[i], 1e-4 * (1 + std::fabs(want[i]))) << i;
+        }
+        PackedView adding = packed->view(packed->block(0, 0), true);
+        std::vector<float> again = got;
+        fast(adding, x.data(), n_tok, again.data(), n_out, 1, 3);
+        for (size_t i = 0; i < got.size(); ++i)
+          ASSERT_NEAR(again[i], i % n_out < 16 ? -7.f : 2 * got[i], 1e-5 * (1 + std::fabs(got[i]))) << i;
+      }
     }
   }
 }

@@ -3,52 +3,14 @@
 
 #include <cstdint>
 
-#include "compute/cpu/exp_avx512.h"
+#include "compute/cpu/simd_avx512.h"
 
 namespace kestrel {
 namespace {
-struct Vec512 {
-  using type = __m512;
-  static constexpr int W = 16;
+struct AttendVec512 : Vec512 {
   static constexpr int kMaxGroup = 8;
   static constexpr int kTileKeys = 32;  // keys scored per tile
   static constexpr int kValueSlices = 2;  // value slices accumulated together
-  static type zero() { return _mm512_setzero_ps(); }
-  static type set1(float x) { return _mm512_set1_ps(x); }
-  static type load(const float* p) { return _mm512_loadu_ps(p); }
-  static type load(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
-  // Lanes from two (load2) or four (load4) pages: halves / quarters of a vector.
-  static type load2(const float* p0, const float* p1) {
-    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(_mm256_loadu_ps(p0))),
-                                               _mm256_castps_pd(_mm256_loadu_ps(p1)), 1));
-  }
-  static type load4(const float* p0, const float* p1, const float* p2, const float* p3) {
-    __m512 v = _mm512_castps128_ps512(_mm_loadu_ps(p0));
-    v = _mm512_insertf32x4(v, _mm_loadu_ps(p1), 1);
-    v = _mm512_insertf32x4(v, _mm_loadu_ps(p2), 2);
-    return _mm512_insertf32x4(v, _mm_loadu_ps(p3), 3);
-  }
-  static type load2(const uint16_t* p0, const uint16_t* p1) {
-    const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p0));
-    const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p1));
-    return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1));
-  }
-  static type load4(const uint16_t* p0, const uint16_t* p1, const uint16_t* p2, const uint16_t* p3) {
-    const __m128i a = _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p0)),
-                                         _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p1)));
-    const __m128i b = _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p2)),
-                                         _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p3)));
-    return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(a), b, 1));
-  }
-  static void store(float* p, type v) { _mm512_storeu_ps(p, v); }
-  static type add(type a, type b) { return _mm512_add_ps(a, b); }
-  static type sub(type a, type b) { return _mm512_sub_ps(a, b); }
-  static type mul(type a, type b) { return _mm512_mul_ps(a, b); }
-  static type fma(type a, type b, type c) { return _mm512_fmadd_ps(a, b, c); }
-  static type max(type a, type b) { return _mm512_max_ps(a, b); }
-  static float reduce_max(type v) { return _mm512_reduce_max_ps(v); }
-  static float reduce_add(type v) { return _mm512_reduce_add_ps(v); }
-  static type exp(type x) { return exp_nonpositive_avx512(x); }
 };
 }  // namespace
 }  // namespace kestrel
@@ -56,7 +18,7 @@ struct Vec512 {
 #include "compute/cpu/attention_impl.h"
 
 namespace kestrel {
-AttendFn attend_kernel_avx512(bool f16) { return f16 ? attend<Vec512, uint16_t> : attend<Vec512, float>; }
+AttendFn attend_kernel_avx512(bool f16) { return f16 ? attend<AttendVec512, uint16_t> : attend<AttendVec512, float>; }
 }  // namespace kestrel
 
 // BF16 pages: scores with one vdpbf16ps per pair of dimensions (16 keys x 2 dims), values with one per

@@ -10,6 +10,7 @@ namespace kestrel {
 using SiluMulFn = void (*)(float* gate, const float* up, size_t n);
 void silu_mul_reference(float* gate, const float* up, size_t n);
 SiluMulFn silu_mul_kernel(Isa isa);  // the reference where no vector kernel exists
+SiluMulFn silu_mul_kernel_avx2();    // nullptr where not built
 SiluMulFn silu_mul_kernel_avx512();  // nullptr where not built
 
 }  // namespace kestrel

@@ -1,8 +1,12 @@
 // Integer GEMM on 16-row packed weights with AVX2 (no VNNI): each 16-row group is done as two 8-row
-// halves (lanes = rows); u8 x s8 products go through maddubs/madd. Q8_0 uses |w| and sign-adjusted
-// activations so maddubs cannot saturate. Compiled with AVX2 flags; internal linkage throughout.
+// halves (lanes = rows; a half is the first or second 32 bytes of every 64-byte vector of the layout, so
+// the second half reads the lines the first brought into cache). u8 x s8 products go through maddubs;
+// the int16 pair sums of a block's 4-bit inputs cannot overflow (8 x 2 x 15 x 127 < 2^15), so they add
+// up in int16 and widen once per block with madd. Q8_0 uses |w| and sign-adjusted activations so maddubs
+// cannot saturate. Compiled with AVX2 flags; internal linkage throughout.
 #include <immintrin.h>
 
+#include "compute/cpu/gemm_prefetch.h"
 #include "compute/cpu/packed_matrix.h"
 
 namespace kestrel {
@@ -10,75 +14,194 @@ namespace {
 
 constexpr int kTokens = 4;
 constexpr int64_t kGroupChunk = 4;  // row groups whose weights stay in cache while token tiles pass
-constexpr size_t kPrefetchBlocks = 6;  // how far ahead weights are prefetched
+constexpr size_t kPrefetchBlocks = 6;         // how far ahead weights are prefetched (several tokens)
+constexpr size_t kPrefetchBlocksDecode = 12;  // ... and for one token, whose blocks go by faster
+constexpr size_t kPrefetchSuperBlocks = 2;
 
-inline __m256i madd_u8s8(__m256i u, __m256i s) {
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline __m256i widen_pairs(__m256i s16) { return _mm256_madd_epi16(s16, _mm256_set1_epi16(1)); }
+// int16 sums of adjacent u8 x s8 products (x: 4 inputs broadcast to every row's lane).
+inline __m256i maddubs(__m256i u, int32_t x4) { return _mm256_maddubs_epi16(u, _mm256_set1_epi32(x4)); }
+inline __m256 load_8_halves(const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline __m256 u8x8_to_ps(const uint8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+inline __m256 i8x8_to_ps(const uint8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
 
-// Rows [8 * half, 8 * half + 8) of group g against T tokens.
+// Puts one token's 8 row results at y: written, or added to what is there (PackedView::accumulate).
+inline void store_rows(const PackedView& w, float* y, __m256 rows) {
+  _mm256_storeu_ps(y, w.accumulate ? _mm256_add_ps(_mm256_loadu_ps(y), rows) : rows);
+}
+
+// Q4_0 / Q8_0, rows [8 * half, 8 * half + 8) of group g against T tokens.
 template <PackedLayout L, int T>
-void half_tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, int half) {
+void half_tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, int half, const uint8_t* after) {
   const __m256i m4 = _mm256_set1_epi8(0xF), flip = _mm256_set1_epi8(static_cast<char>(0x80));
   __m256 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (size_t b = 0; b < nb; ++b) {
     const uint8_t* blk = w.data + (static_cast<size_t>(g) * static_cast<size_t>(w.n_blocks) + b) * w.block_bytes;
-    // Software prefetch a few blocks ahead: with several tokens per block the out-of-order window spans
-    // too few blocks to keep enough loads in flight while weights stream from memory.
-    if constexpr (T > 1)
-      for (size_t off = 0; off < w.block_bytes; off += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetchBlocks * w.block_bytes + off), _MM_HINT_T0);
-    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * half)));
+    if (half == 0) prefetch_block(block_ahead(blk, b, T > 1 ? kPrefetchBlocks : kPrefetchBlocksDecode, nb, w.block_bytes, after), w.block_bytes);
+    const __m256 d = load_8_halves(blk + 16 * half);
     __m256i q[8];  // inputs 4k..4k+3 of the 8 rows: u8 (Q4_0) or signed (Q8_0)
     if constexpr (L == PackedLayout::Q4_0x16) {
       for (int k = 0; k < 4; ++k) {
-        const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 + 64 * k + 32 * half));
+        const __m256i packed = load256(blk + 32 + 64 * k + 32 * half);
         q[k] = _mm256_and_si256(packed, m4);
         q[k + 4] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), m4);
       }
     } else {
-      for (int k = 0; k < 8; ++k)
-        q[k] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 + 64 * k + 32 * half)), flip);
+      for (int k = 0; k < 8; ++k) q[k] = _mm256_xor_si256(load256(blk + 32 + 64 * k + 32 * half), flip);
     }
     for (int t = 0; t < T; ++t) {
       const BlockQ8A& xb = xq[static_cast<size_t>(t) * nb + b];
       const auto* x4 = reinterpret_cast<const int32_t*>(xb.qs);
-      __m256i s = L == PackedLayout::Q4_0x16 ? _mm256_set1_epi32(-8 * (xb.sum16[0] + xb.sum16[1])) : _mm256_setzero_si256();
-      for (int k = 0; k < 8; ++k) {
-        const __m256i x = _mm256_set1_epi32(x4[k]);
-        if constexpr (L == PackedLayout::Q4_0x16)
-          s = _mm256_add_epi32(s, madd_u8s8(q[k], x));
-        else
-          s = _mm256_add_epi32(s, madd_u8s8(_mm256_sign_epi8(q[k], q[k]), _mm256_sign_epi8(x, q[k])));
+      __m256i s;
+      if constexpr (L == PackedLayout::Q4_0x16) {
+        __m256i s16 = maddubs(q[0], x4[0]);
+        for (int k = 1; k < 8; ++k) s16 = _mm256_add_epi16(s16, maddubs(q[k], x4[k]));
+        s = _mm256_add_epi32(widen_pairs(s16), _mm256_set1_epi32(-8 * xb.sum()));
+      } else {
+        s = _mm256_setzero_si256();
+        for (int k = 0; k < 8; ++k) {
+          const __m256i x = _mm256_set1_epi32(x4[k]);
+          s = _mm256_add_epi32(s, widen_pairs(_mm256_maddubs_epi16(_mm256_sign_epi8(q[k], q[k]), _mm256_sign_epi8(x, q[k]))));
+        }
       }
       acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_set1_ps(xb.d)), acc[t]);
     }
   }
-  for (int t = 0; t < T; ++t) {
-    float* yt = y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16 + 8 * half;
-    _mm256_storeu_ps(yt, w.accumulate ? _mm256_add_ps(_mm256_loadu_ps(yt), acc[t]) : acc[t]);
+  for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16 + 8 * half, acc[t]);
+}
+
+// The 8 sub-blocks' scales and mins of the half's 8 rows, out[0][j] and out[1][j], from the packed 6-bit
+// codes (scales[k][16]: byte k of each row's 12, as in the file; see the AVX-512 kernel for the format).
+inline void q4_k_scales_mins_x8(const uint8_t* scales, int half, uint8_t (*out)[8][8]) {
+  const auto bytes4 = [&](int k) {  // bytes k..k+3 of the 8 rows: byte (k' - k, row)
+    const auto* p = reinterpret_cast<const long long*>(scales + 8 * half);
+    return _mm256_set_epi64x(p[2 * (k + 3)], p[2 * (k + 2)], p[2 * (k + 1)], p[2 * k]);
+  };
+  const __m256i codes0 = bytes4(0), codes1 = bytes4(4), codes2 = bytes4(8);
+  const __m256i low6 = _mm256_set1_epi8(63), low4 = _mm256_set1_epi8(0xF), low2 = _mm256_set1_epi8(3);
+  const auto top2 = [&](__m256i x) { return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(x, 6), low2), 4); };
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[0][0]), _mm256_and_si256(codes0, low6));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[1][0]), _mm256_and_si256(codes1, low6));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[0][4]), _mm256_or_si256(_mm256_and_si256(codes2, low4), top2(codes0)));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[1][4]),
+                      _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(codes2, 4), low4), top2(codes1)));
+}
+
+// K-quant tiles: one block is a 256-input super-block, eight 32-input activation blocks.
+template <int T>
+void half_tile_q4_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, int half, const uint8_t* after) {
+  const size_t nxb = nb * 8;  // activation blocks per token
+  const __m256i m4 = _mm256_set1_epi8(0xF);
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  for (size_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = w.data + (static_cast<size_t>(g) * nb + b) * w.block_bytes;
+    const uint8_t* ahead = half == 0 ? block_ahead(blk, b, kPrefetchSuperBlocks, nb, w.block_bytes, after) : nullptr;
+    alignas(32) uint8_t scales_mins[2][8][8];  // [scale | min][sub-block][row]
+    q4_k_scales_mins_x8(blk + 64, half, scales_mins);
+    const __m256 d = load_8_halves(blk + 16 * half), dmin = load_8_halves(blk + 32 + 16 * half);
+    for (int j = 0; j < 8; ++j) {
+      prefetch_superblock_part(ahead, w.block_bytes, j);
+      const __m256 scale = _mm256_mul_ps(d, u8x8_to_ps(scales_mins[0][j]));
+      const __m256 min = _mm256_mul_ps(dmin, u8x8_to_ps(scales_mins[1][j]));
+      __m256i q[8];
+      for (int k = 0; k < 4; ++k) {
+        const __m256i packed = load256(blk + 256 + 256 * j + 64 * k + 32 * half);
+        q[k] = _mm256_and_si256(packed, m4);
+        q[k + 4] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), m4);
+      }
+      for (int t = 0; t < T; ++t) {
+        const BlockQ8A& xb = xq[static_cast<size_t>(t) * nxb + b * 8 + j];
+        const auto* x4 = reinterpret_cast<const int32_t*>(xb.qs);
+        __m256i s16 = maddubs(q[0], x4[0]);
+        for (int k = 1; k < 8; ++k) s16 = _mm256_add_epi16(s16, maddubs(q[k], x4[k]));
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(widen_pairs(s16)), _mm256_mul_ps(scale, _mm256_set1_ps(xb.d)), acc[t]);
+        acc[t] = _mm256_fnmadd_ps(min, _mm256_set1_ps(xb.d * static_cast<float>(xb.sum())), acc[t]);
+      }
+    }
   }
+  for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16 + 8 * half, acc[t]);
+}
+
+// Q6_K: 6-bit q in 0..63 (two int16 pair sums per lane at most: 2 x 2 x 63 x 127 < 2^15), w = d sc (q - 32).
+template <int T>
+void half_tile_q6_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, int half, const uint8_t* after) {
+  const size_t nxb = nb * 8;
+  const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  for (size_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = w.data + (static_cast<size_t>(g) * nb + b) * w.block_bytes;
+    const uint8_t* ahead = half == 0 ? block_ahead(blk, b, kPrefetchSuperBlocks, nb, w.block_bytes, after) : nullptr;
+    const __m256 d = load_8_halves(blk + 16 * half);
+    for (int j = 0; j < 8; ++j) {
+      prefetch_superblock_part(ahead, w.block_bytes, j);
+      const __m256 sc0 = _mm256_mul_ps(d, i8x8_to_ps(blk + 32 + 32 * j + 8 * half));  // inputs 0..15
+      const __m256 sc1 = _mm256_mul_ps(d, i8x8_to_ps(blk + 48 + 32 * j + 8 * half));  // inputs 16..31
+      const __m256i hi0 = load256(blk + 2336 + 128 * j + 32 * half), hi1 = load256(blk + 2336 + 128 * j + 64 + 32 * half);
+      __m256i q[8];
+      for (int k = 0; k < 4; ++k) {
+        const __m256i packed = load256(blk + 288 + 256 * j + 64 * k + 32 * half);
+        q[k] = _mm256_and_si256(packed, m4);
+        q[k + 4] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), m4);
+      }
+      for (int k = 0; k < 8; ++k) {  // k-group k: high bits in hi[k % 2] at bits 2 * (k / 2)
+        const __m256i h = _mm256_and_si256(_mm256_srli_epi16(k % 2 ? hi1 : hi0, 2 * (k / 2)), m2);
+        q[k] = _mm256_or_si256(q[k], _mm256_slli_epi16(h, 4));
+      }
+      for (int t = 0; t < T; ++t) {
+        const BlockQ8A& xb = xq[static_cast<size_t>(t) * nxb + b * 8 + j];
+        const auto* x4 = reinterpret_cast<const int32_t*>(xb.qs);
+        const auto pair = [&](int k) { return widen_pairs(_mm256_add_epi16(maddubs(q[k], x4[k]), maddubs(q[k + 1], x4[k + 1]))); };
+        const __m256i s0 = _mm256_add_epi32(_mm256_add_epi32(pair(0), pair(2)), _mm256_set1_epi32(-32 * xb.sum16[0]));
+        const __m256i s1 = _mm256_add_epi32(_mm256_add_epi32(pair(4), pair(6)), _mm256_set1_epi32(-32 * xb.sum16[1]));
+        const __m256 dx = _mm256_set1_ps(xb.d);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_mul_ps(sc0, dx), acc[t]);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_mul_ps(sc1, dx), acc[t]);
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16 + 8 * half, acc[t]);
+}
+
+template <PackedLayout L, int T>
+void any_half_tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, int half, const uint8_t* after) {
+  if constexpr (L == PackedLayout::Q4_Kx16)
+    half_tile_q4_k<T>(w, xq, nb, y, ys, g, half, after);
+  else if constexpr (L == PackedLayout::Q6_Kx16)
+    half_tile_q6_k<T>(w, xq, nb, y, ys, g, half, after);
+  else
+    half_tile<L, T>(w, xq, nb, y, ys, g, half, after);
 }
 
 template <PackedLayout L>
 void gemm(PackedView w, const BlockQ8A* xq, int n_tok, float* y, size_t ys, int64_t group_begin,
           int64_t group_end) {
   const size_t nb = static_cast<size_t>(w.n_blocks);
+  constexpr size_t kActPerBlock = (L == PackedLayout::Q4_Kx16 || L == PackedLayout::Q6_Kx16) ? 8 : 1;
   for (int64_t g0 = group_begin; g0 < group_end; g0 += kGroupChunk) {
     const int64_t g1 = group_end < g0 + kGroupChunk ? group_end : g0 + kGroupChunk;
     for (int t0 = 0; t0 < n_tok; t0 += kTokens) {
-      const BlockQ8A* x = xq + static_cast<size_t>(t0) * nb;
+      const BlockQ8A* x = xq + static_cast<size_t>(t0) * nb * kActPerBlock;
       float* yt = y + static_cast<size_t>(t0) * ys;
-      for (int64_t g = g0; g < g1; ++g)
+      for (int64_t g = g0; g < g1; ++g) {
+        // What this thread streams after group g: the next group, or after the call's last one w.next.
+        const uint8_t* after = g + 1 < group_end ? w.data + static_cast<size_t>(g + 1) * nb * w.block_bytes : w.next;
         for (int half = 0; half < 2; ++half) {
           switch (n_tok - t0 < kTokens ? n_tok - t0 : kTokens) {
-            case 1: half_tile<L, 1>(w, x, nb, yt, ys, g, half); break;
-            case 2: half_tile<L, 2>(w, x, nb, yt, ys, g, half); break;
-            case 3: half_tile<L, 3>(w, x, nb, yt, ys, g, half); break;
-            default: half_tile<L, 4>(w, x, nb, yt, ys, g, half); break;
+            case 1: any_half_tile<L, 1>(w, x, nb, yt, ys, g, half, after); break;
+            case 2: any_half_tile<L, 2>(w, x, nb, yt, ys, g, half, after); break;
+            case 3: any_half_tile<L, 3>(w, x, nb, yt, ys, g, half, after); break;
+            default: any_half_tile<L, 4>(w, x, nb, yt, ys, g, half, after); break;
           }
         }
+      }
     }
   }
 }
@@ -89,9 +212,10 @@ PackedGemmFn packed_gemm_kernel_avx2(PackedLayout layout) {
   switch (layout) {
     case PackedLayout::Q4_0x16: return gemm<PackedLayout::Q4_0x16>;
     case PackedLayout::Q8_0x16: return gemm<PackedLayout::Q8_0x16>;
-    default: return nullptr;  // K-quants: the row-dot kernels (PackedMatrix::supports says so)
+    case PackedLayout::Q4_Kx16: return gemm<PackedLayout::Q4_Kx16>;
+    case PackedLayout::Q6_Kx16: return gemm<PackedLayout::Q6_Kx16>;
+    default: return nullptr;  // the float layouts have their own kernels
   }
-  return nullptr;
 }
 
 }  // namespace kestrel

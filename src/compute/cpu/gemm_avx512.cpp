@@ -3,6 +3,7 @@
 // Compiled with AVX-512 flags and only entered after run-time detection; internal linkage throughout.
 #include <immintrin.h>
 
+#include "compute/cpu/gemm_prefetch.h"
 #include "compute/cpu/packed_matrix.h"
 
 namespace kestrel {
@@ -12,14 +13,6 @@ constexpr int kTokens = 8;       // tokens per register tile
 constexpr int64_t kGroupChunk = 4;  // row groups whose weights stay in cache while token tiles pass
 constexpr size_t kPrefetchBlocks = 6;         // how far ahead weights are prefetched (several tokens)
 constexpr size_t kPrefetchBlocksDecode = 16;  // ... and for one token, whose blocks go by faster
-
-// The block `ahead` blocks past block b of a group whose last block is nb - 1; past the group it is in
-// `after` (the bytes streamed next, possibly another matrix's), or null when nothing follows.
-inline const uint8_t* block_ahead(const uint8_t* blk, size_t b, size_t ahead, size_t nb, size_t block_bytes,
-                                  const uint8_t* after) {
-  if (b + ahead < nb) return blk + ahead * block_bytes;
-  return after ? after + (b + ahead - nb) * block_bytes : nullptr;
-}
 
 // Puts one token's 16 row results at y: written, or added to what is there (PackedView::accumulate).
 inline void store_rows(const PackedView& w, float* y, __m512 rows) {
@@ -36,8 +29,7 @@ void tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int6
     const uint8_t* blk = w.data + (static_cast<size_t>(g) * static_cast<size_t>(w.n_blocks) + b) * w.block_bytes;
     // Software prefetch a few blocks ahead: with several tokens per block the out-of-order window spans
     // too few blocks to keep enough loads in flight while weights stream from memory.
-    if (const uint8_t* ahead = block_ahead(blk, b, T > 1 ? kPrefetchBlocks : kPrefetchBlocksDecode, nb, w.block_bytes, after))
-      for (size_t off = 0; off < w.block_bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + off), _MM_HINT_T0);
+    prefetch_block(block_ahead(blk, b, T > 1 ? kPrefetchBlocks : kPrefetchBlocksDecode, nb, w.block_bytes, after), w.block_bytes);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));  // [16] row scales
     __m512i q[8];  // q[k] = inputs 4k..4k+3 of the 16 rows
     if constexpr (L == PackedLayout::Q4_0x16) {
@@ -64,15 +56,7 @@ void tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int6
   for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16, acc[t]);
 }
 
-// Super-blocks are large (2304 / 3360 bytes for 16 rows): even one token has too few of them in the
-// out-of-order window, so they are prefetched kPrefetchSuperBlocks ahead, an eighth per 32-input step
-// (a burst of 40-odd prefetches at once would stall on the core's miss buffers).
-constexpr size_t kPrefetchSuperBlocks = 2;  // measured against 1, 3 (the old burst) and 5
-inline void prefetch_superblock_part(const uint8_t* block, size_t block_bytes, int part) {
-  if (!block) return;
-  const size_t lines = (block_bytes + 63) / 64, begin = lines * part / 8, end = lines * (part + 1) / 8;
-  for (size_t line = begin; line < end; ++line) _mm_prefetch(reinterpret_cast<const char*>(block + 64 * line), _MM_HINT_T0);
-}
+constexpr size_t kPrefetchSuperBlocks = 2;  // super-blocks ahead; measured against 1, 3 and 5
 
 // The 8 sub-blocks' scales and mins of 16 rows, out[0][j] and out[1][j], decoded from their packed 6-bit
 // codes: scales[k][16] holds byte k of each row's 12 (the file's layout: for j < 4 the low 6 bits of bytes
@@ -224,7 +208,7 @@ PackedGemmFn packed_gemm_kernel_avx512(PackedLayout layout) {
     case PackedLayout::Q8_0x16: return gemm<PackedLayout::Q8_0x16>;
     case PackedLayout::Q4_Kx16: return gemm<PackedLayout::Q4_Kx16>;
     case PackedLayout::Q6_Kx16: return gemm<PackedLayout::Q6_Kx16>;
-    case PackedLayout::BF16x16: return nullptr;  // packed_gemm_bf16_kernel_avx512
+    default: return nullptr;  // the float layouts have their own kernels
   }
   return nullptr;
 }

@@ -3,6 +3,7 @@
 // flags and entered only when the CPU has AVX512_BF16; internal linkage throughout.
 #include <immintrin.h>
 
+#include "compute/cpu/gemm_prefetch.h"
 #include "compute/cpu/packed_matrix.h"
 
 namespace kestrel {
@@ -20,11 +21,7 @@ void tile(PackedView w, const uint16_t* xb, size_t n_in, float* y, size_t ys, in
   for (size_t b = 0; b < nb; ++b) {
     const uint8_t* blk = w.data + (static_cast<size_t>(g) * nb + b) * w.block_bytes;
     // Prefetch ahead, on into `after` (the bytes streamed next) past the group's last block.
-    const uint8_t* ahead = b + kPrefetchBlocks < nb ? blk + kPrefetchBlocks * w.block_bytes
-                           : after                  ? after + (b + kPrefetchBlocks - nb) * w.block_bytes
-                                                    : nullptr;
-    if (ahead)
-      for (size_t off = 0; off < w.block_bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + off), _MM_HINT_T0);
+    prefetch_block(block_ahead(blk, b, kPrefetchBlocks, nb, w.block_bytes, after), w.block_bytes);
     for (int p = 0; p < 16; ++p) {
       const __m512bh wv = (__m512bh)_mm512_loadu_si512(blk + 64 * p);
       for (int t = 0; t < T; ++t) {

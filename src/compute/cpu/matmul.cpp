@@ -17,7 +17,7 @@ constexpr int kDirectMaxTokens = 4;  // up to this many tokens, dot the encoded 
 constexpr int64_t kRowTile = 16;     // rows decoded together for prefill
 constexpr int kQuantizeInPassTokens = 8;  // up to this many tokens, each GEMM thread quantizes the input
 
-bool packed_q8(const WeightMatrix& w) { return w.packed && w.packed->layout != PackedLayout::BF16x16; }
+bool packed_q8(const WeightMatrix& w) { return w.packed && packed_layout_is_integer(w.packed->layout); }
 
 // GEMM threads walk their own contiguous share of the row groups and steal from each other's when done
 // (ThreadPool::parallel_for_dynamic), down to one group, so a thread whose core is also busy does less of
@@ -163,6 +163,15 @@ void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, float* y, i
     const size_t n_groups = static_cast<size_t>(w.packed->n_groups());
     pool.parallel_for_dynamic(n_groups, kMinGroupsPerTake, [&](size_t begin, size_t end, int) {
       gemm(w.packed->view(w.packed->after_group(static_cast<int64_t>(end), nullptr), add_into_y), xb.data(), n_tok, y, n_out, static_cast<int64_t>(begin), static_cast<int64_t>(end));
+    });
+    return;
+  }
+  if (w.packed && (w.packed->layout == PackedLayout::F16Fma16 || w.packed->layout == PackedLayout::BF16Fma16)) {
+    // F16/BF16 weights widened in registers, float activations as they are.
+    const PackedGemmF32Fn gemm = packed_gemm_f32_kernel(w.packed->layout, detected_isa());
+    pool.parallel_for_dynamic(static_cast<size_t>(w.packed->n_groups()), kMinGroupsPerTake, [&](size_t begin, size_t end, int) {
+      gemm(w.packed->view(w.packed->after_group(static_cast<int64_t>(end), nullptr), add_into_y), x, n_tok, y, n_out,
+           static_cast<int64_t>(begin), static_cast<int64_t>(end));
     });
     return;
   }

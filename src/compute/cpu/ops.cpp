@@ -176,11 +176,13 @@ void silu_mul_reference(float* gate, const float* up, size_t n) {
 }
 
 #if !defined(KESTREL_HAVE_X86_KERNELS)
+SiluMulFn silu_mul_kernel_avx2() { return nullptr; }
 SiluMulFn silu_mul_kernel_avx512() { return nullptr; }
 #endif
 
 SiluMulFn silu_mul_kernel(Isa isa) {
   SiluMulFn fn = isa >= Isa::Avx512 ? silu_mul_kernel_avx512() : nullptr;
+  if (!fn && isa >= Isa::Avx2) fn = silu_mul_kernel_avx2();
   return fn ? fn : silu_mul_reference;
 }
 

@@ -47,14 +47,14 @@ bool PackedMatrix::supports(DType type, int64_t n_in, int64_t n_out, Isa isa) {
     case DType::Q4_0:
     case DType::Q8_0: return n_in % 32 == 0 && isa >= Isa::Avx2;
     case DType::Q4_K:
-    case DType::Q6_K: return n_in % 256 == 0 && isa >= Isa::Avx512;
+    case DType::Q6_K: return n_in % 256 == 0 && isa >= Isa::Avx2;
     case DType::F16:
-    case DType::BF16: return n_in % 32 == 0 && isa >= Isa::Avx512 && cpu_has_avx512_bf16();
+    case DType::BF16: return n_in % 32 == 0 && isa >= Isa::Avx2;
     default: return false;
   }
 }
 
-std::optional<PackedMatrix> PackedMatrix::pack(const WeightMatrix& w) {
+std::optional<PackedMatrix> PackedMatrix::pack(const WeightMatrix& w, Isa isa) {
   if (w.n_out % kRows != 0) return std::nullopt;
   PackedMatrix p;
   p.n_in = w.n_in;
@@ -65,7 +65,12 @@ std::optional<PackedMatrix> PackedMatrix::pack(const WeightMatrix& w) {
     case DType::Q4_K: p.layout = PackedLayout::Q4_Kx16; p.block_inputs = 256; p.block_bytes = 2304; break;
     case DType::Q6_K: p.layout = PackedLayout::Q6_Kx16; p.block_inputs = 256; p.block_bytes = 3360; break;
     case DType::F16:
-    case DType::BF16: p.layout = PackedLayout::BF16x16; p.block_inputs = 32; p.block_bytes = 1024; break;
+    case DType::BF16:
+      if (isa >= Isa::Avx512 && cpu_has_avx512_bf16()) p.layout = PackedLayout::BF16x16;
+      else p.layout = w.type == DType::F16 ? PackedLayout::F16Fma16 : PackedLayout::BF16Fma16;
+      p.block_inputs = 32;
+      p.block_bytes = 1024;
+      break;
     default: return std::nullopt;
   }
   if (w.n_in % p.block_inputs != 0) return std::nullopt;
@@ -111,6 +116,13 @@ std::optional<PackedMatrix> PackedMatrix::pack(const WeightMatrix& w) {
             }
           }
           break;
+        case PackedLayout::F16Fma16:
+        case PackedLayout::BF16Fma16:
+          for (int i = 0; i < kRows; ++i) {
+            const auto* src = reinterpret_cast<const uint16_t*>(row_block(i));  // [32]
+            for (int k = 0; k < 32; ++k) halves[k * kRows + i] = src[k];
+          }
+          break;
         case PackedLayout::Q6_Kx16:
           for (int i = 0; i < kRows; ++i) {
             const auto* blk = reinterpret_cast<const BlockQ6_K*>(row_block(i));
@@ -141,6 +153,12 @@ void unpack_block_row(PackedLayout layout, const uint8_t* blk, int i, float* out
   switch (layout) {
     case PackedLayout::BF16x16:
       for (int k = 0; k < 32; ++k) out[k] = bf16_to_fp32(halves[(k / 2) * 32 + i * 2 + k % 2]);
+      break;
+    case PackedLayout::F16Fma16:
+      for (int k = 0; k < 32; ++k) out[k] = fp16_to_fp32(halves[k * 16 + i]);
+      break;
+    case PackedLayout::BF16Fma16:
+      for (int k = 0; k < 32; ++k) out[k] = bf16_to_fp32(halves[k * 16 + i]);
       break;
     case PackedLayout::Q4_0x16:
       for (int k = 0; k < 32; ++k) out[k] = fp16_to_fp32(halves[i]) * (nibble_tile_value(blk + 32, i, k) - 8);
@@ -214,6 +232,40 @@ void packed_gemm_bf16_reference(PackedView w, const uint16_t* xb, int n_tok, flo
       }
 }
 
+namespace {
+// Reference for the Fma16 layouts: decoded weights dotted with the float activations in double.
+template <PackedLayout L>
+void f32_reference(PackedView w, const float* x, int n_tok, float* y, size_t y_stride, int64_t group_begin,
+                   int64_t group_end) {
+  const int64_t nb = w.n_blocks;
+  float weights[32];
+  for (int64_t g = group_begin; g < group_end; ++g)
+    for (int i = 0; i < PackedMatrix::kRows; ++i)
+      for (int t = 0; t < n_tok; ++t) {
+        double sum = 0;
+        for (int64_t b = 0; b < nb; ++b) {
+          unpack_block_row(L, w.data + static_cast<size_t>(g * nb + b) * w.block_bytes, i, weights);
+          for (int k = 0; k < 32; ++k) sum += static_cast<double>(weights[k]) * x[static_cast<size_t>(t * nb + b) * 32 + k];
+        }
+        float& out = y[static_cast<size_t>(t) * y_stride + static_cast<size_t>(g) * PackedMatrix::kRows + i];
+        out = w.accumulate ? out + static_cast<float>(sum) : static_cast<float>(sum);
+      }
+}
+}  // namespace
+
+PackedGemmF32Fn packed_gemm_f32_reference(PackedLayout layout) {
+  switch (layout) {
+    case PackedLayout::F16Fma16: return f32_reference<PackedLayout::F16Fma16>;
+    case PackedLayout::BF16Fma16: return f32_reference<PackedLayout::BF16Fma16>;
+    default: return nullptr;
+  }
+}
+
+PackedGemmF32Fn packed_gemm_f32_kernel(PackedLayout layout, Isa isa) {
+  PackedGemmF32Fn fn = isa >= Isa::Avx2 ? packed_gemm_f32_kernel_avx2(layout) : nullptr;
+  return fn ? fn : packed_gemm_f32_reference(layout);
+}
+
 PackedGemmBf16Fn packed_gemm_bf16_kernel(Isa isa) {
   PackedGemmBf16Fn fn = isa >= Isa::Avx512 && cpu_has_avx512_bf16() ? packed_gemm_bf16_kernel_avx512() : nullptr;
   return fn ? fn : packed_gemm_bf16_reference;
@@ -222,6 +274,8 @@ PackedGemmBf16Fn packed_gemm_bf16_kernel(Isa isa) {
 PackedGemmFn packed_gemm_reference(PackedLayout layout) {
   switch (layout) {
     case PackedLayout::BF16x16: return nullptr;  // takes bf16 activations: packed_gemm_bf16_reference
+    case PackedLayout::F16Fma16:
+    case PackedLayout::BF16Fma16: return nullptr;  // take float activations: packed_gemm_f32_reference
     case PackedLayout::Q4_0x16: return reference<PackedLayout::Q4_0x16>;
     case PackedLayout::Q8_0x16: return reference<PackedLayout::Q8_0x16>;
     case PackedLayout::Q4_Kx16: return reference<PackedLayout::Q4_Kx16>;
@@ -233,6 +287,7 @@ PackedGemmFn packed_gemm_reference(PackedLayout layout) {
 #if !defined(KESTREL_HAVE_X86_KERNELS)
 PackedGemmBf16Fn packed_gemm_bf16_kernel_avx512() { return nullptr; }
 PackedGemmFn packed_gemm_kernel_avx2(PackedLayout) { return nullptr; }
+PackedGemmF32Fn packed_gemm_f32_kernel_avx2(PackedLayout) { return nullptr; }
 PackedGemmFn packed_gemm_kernel_avx512(PackedLayout) { return nullptr; }
 #endif
 

@@ -16,7 +16,10 @@
 //                         32 inputs, then per 32 inputs 2 x 64 bytes of high 2-bit pairs: byte (h, row, j)
 //                         holds k-groups h, h+2, h+4, h+6 at bits 0, 2, 4, 6 (w = d * sc * (q - 32)). 3360 bytes
 //   BF16x16 (32 inputs):  16 x 64 bytes: (pair p, row, 2) = bf16 w[2p], w[2p+1] (from F16 or BF16 weights),
-//                         multiplied with bf16 activations by vdpbf16ps.                            1024 bytes
+//                         multiplied with bf16 activations by vdpbf16ps (CPUs with AVX-512 BF16).   1024 bytes
+//   F16Fma16 / BF16Fma16 (32 inputs): 32 x 16 weights as in the file (fp16 or bf16 bits), input-major:
+//                         (input k, row) at 2 * (16 k + row); widened to fp32 in registers and multiplied
+//                         with float activations by FMA (exact: no rounding of the weights).        1024 bytes
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -29,7 +32,12 @@
 
 namespace kestrel {
 
-enum class PackedLayout { Q4_0x16, Q8_0x16, Q4_Kx16, Q6_Kx16, BF16x16 };
+enum class PackedLayout { Q4_0x16, Q8_0x16, Q4_Kx16, Q6_Kx16, BF16x16, F16Fma16, BF16Fma16 };
+
+// Whether the layout is multiplied by 8-bit activation blocks (PackedGemmFn).
+inline bool packed_layout_is_integer(PackedLayout l) {
+  return l == PackedLayout::Q4_0x16 || l == PackedLayout::Q8_0x16 || l == PackedLayout::Q4_Kx16 || l == PackedLayout::Q6_Kx16;
+}
 
 // Plain data a kernel needs (the ISA-specific files use only this, no inline library code, so nothing
 // compiled for a wider ISA can be shared with baseline code by the linker).
@@ -70,8 +78,9 @@ struct PackedMatrix {
   // Whether a matrix of this type and shape has a packed layout (n_out a multiple of 16) with a fast
   // kernel on this ISA level.
   static bool supports(DType type, int64_t n_in, int64_t n_out, Isa isa);
-  // A packed copy of w, or nullopt when !supports(...).
-  static std::optional<PackedMatrix> pack(const WeightMatrix& w);
+  // A packed copy of w in the layout for this ISA level's kernels (F16 and BF16: BF16x16 where the CPU has
+  // AVX-512 BF16, else the Fma16 layouts), or nullopt when the type or shape has no packed layout.
+  static std::optional<PackedMatrix> pack(const WeightMatrix& w, Isa isa = detected_isa());
 };
 
 // y[t, r] for rows in groups [group_begin, group_end) and tokens [0, n_tok): the integer GEMM against
@@ -91,6 +100,12 @@ PackedGemmBf16Fn packed_gemm_bf16_kernel(Isa isa);  // the AVX-512 BF16 kernel, 
 PackedGemmBf16Fn packed_gemm_bf16_kernel_avx512();
 void packed_gemm_bf16_reference(PackedView w, const uint16_t* xb, int n_tok, float* y, size_t y_stride,
                                 int64_t group_begin, int64_t group_end);
+// The Fma16 layouts' GEMM: float activations x [n_tok, n_in].
+using PackedGemmF32Fn = void (*)(PackedView w, const float* x, int n_tok, float* y, size_t y_stride,
+                                 int64_t group_begin, int64_t group_end);
+PackedGemmF32Fn packed_gemm_f32_kernel(PackedLayout layout, Isa isa);  // the AVX2 kernel, or the reference
+PackedGemmF32Fn packed_gemm_f32_kernel_avx2(PackedLayout layout);
+PackedGemmF32Fn packed_gemm_f32_reference(PackedLayout layout);  // nullptr for the other layouts
 // The weights of row `row` (0..15) of one packed block, decoded to floats: out[block inputs].
 void unpack_block_row(PackedLayout layout, const uint8_t* block, int row, float* out);
 

@@ -35,17 +35,21 @@ void quantize_norm_activations_q8a(const float* x, const float* weight, float ep
 }
 
 #if !defined(KESTREL_HAVE_X86_KERNELS)
+QuantizeQ8AFn quantize_q8a_kernel_avx2() { return nullptr; }
+QuantizeNormQ8AFn quantize_norm_q8a_kernel_avx2() { return nullptr; }
 QuantizeQ8AFn quantize_q8a_kernel_avx512() { return nullptr; }
 QuantizeNormQ8AFn quantize_norm_q8a_kernel_avx512() { return nullptr; }
 #endif
 
 QuantizeQ8AFn quantize_q8a_kernel(Isa isa) {
   QuantizeQ8AFn fn = isa >= Isa::Avx512 ? quantize_q8a_kernel_avx512() : nullptr;
+  if (!fn && isa >= Isa::Avx2) fn = quantize_q8a_kernel_avx2();
   return fn ? fn : quantize_activations_q8a;
 }
 
 QuantizeNormQ8AFn quantize_norm_q8a_kernel(Isa isa) {
   QuantizeNormQ8AFn fn = isa >= Isa::Avx512 ? quantize_norm_q8a_kernel_avx512() : nullptr;
+  if (!fn && isa >= Isa::Avx2) fn = quantize_norm_q8a_kernel_avx2();
   return fn ? fn : quantize_norm_activations_q8a;
 }
 

@@ -24,6 +24,7 @@ void quantize_activations_q8a(const float* x, BlockQ8A* out, size_t n);
 using QuantizeQ8AFn = void (*)(const float* x, BlockQ8A* out, size_t n);
 // The fastest kernel for this ISA level (the reference where no vector kernel exists).
 QuantizeQ8AFn quantize_q8a_kernel(Isa isa);
+QuantizeQ8AFn quantize_q8a_kernel_avx2();    // nullptr where not built
 QuantizeQ8AFn quantize_q8a_kernel_avx512();  // nullptr where not built
 
 // out[n / 32] <- x[n] RMS-normalised first (x / rms(x) * weight[n], eps inside the root): bit-identical to
@@ -32,6 +33,7 @@ QuantizeQ8AFn quantize_q8a_kernel_avx512();  // nullptr where not built
 void quantize_norm_activations_q8a(const float* x, const float* weight, float eps, BlockQ8A* out, size_t n);
 using QuantizeNormQ8AFn = void (*)(const float* x, const float* weight, float eps, BlockQ8A* out, size_t n);
 QuantizeNormQ8AFn quantize_norm_q8a_kernel(Isa isa);
+QuantizeNormQ8AFn quantize_norm_q8a_kernel_avx2();    // nullptr where not built
 QuantizeNormQ8AFn quantize_norm_q8a_kernel_avx512();  // nullptr where not built
 
 }  // namespace kestrel

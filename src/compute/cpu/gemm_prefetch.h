@@ -1,0 +1,36 @@
+// Software prefetch for the packed GEMM kernels, shared by every ISA's file (SSE's prefetch instruction
+// only, so nothing here depends on the ISA the including file is compiled for). Internal linkage.
+#pragma once
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kestrel {
+namespace {
+
+// The block `ahead` blocks past block b of a group whose last block is nb - 1; past the group it is in
+// `after` (the bytes streamed next, possibly another matrix's), or null when nothing follows.
+inline const uint8_t* block_ahead(const uint8_t* blk, size_t b, size_t ahead, size_t nb, size_t block_bytes,
+                                  const uint8_t* after) {
+  if (b + ahead < nb) return blk + ahead * block_bytes;
+  return after ? after + (b + ahead - nb) * block_bytes : nullptr;
+}
+
+// Every line of one block (null: nothing).
+inline void prefetch_block(const uint8_t* block, size_t block_bytes) {
+  if (!block) return;
+  for (size_t off = 0; off < block_bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(block + off), _MM_HINT_T0);
+}
+
+// Super-blocks are large (2304 / 3360 bytes for 16 rows): even one token has too few of them in the
+// out-of-order window, so they are prefetched a few ahead, an eighth per 32-input step (a burst of 40-odd
+// prefetches at once would stall on the core's miss buffers).
+inline void prefetch_superblock_part(const uint8_t* block, size_t block_bytes, int part) {
+  if (!block) return;
+  const size_t lines = (block_bytes + 63) / 64, begin = lines * part / 8, end = lines * (part + 1) / 8;
+  for (size_t line = begin; line < end; ++line) _mm_prefetch(reinterpret_cast<const char*>(block + 64 * line), _MM_HINT_T0);
+}
+
+}  // namespace
+}  // namespace kestrel
