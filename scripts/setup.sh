@@ -7,7 +7,15 @@ packages=(
   libgtest-dev libbenchmark-dev
   clang libclang-rt-14-dev  # libFuzzer target and its sanitizer runtimes
   curl python3              # the OpenAI-client test's server harness
+  g++-aarch64-linux-gnu qemu-user  # the AArch64 build, tested under emulation (scripts/test_aarch64.sh)
+  libc6:arm64 libstdc++6:arm64 libpcre2-dev:arm64 libgtest-dev:arm64 libcpp-httplib-dev:arm64
 )
+# The arm64 libraries come from Debian multiarch.
+if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO dpkg --add-architecture arm64
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

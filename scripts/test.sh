@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds and runs every test: the release build, the ASan+UBSan build, and the fuzz targets for a bounded
-# time. KESTREL_FUZZ_SECONDS (default 60) sets each fuzz target's run time.
+# Builds and runs every test: the release build, the ASan+UBSan build, the AArch64 build under qemu, and
+# the fuzz targets for a bounded time. KESTREL_FUZZ_SECONDS (default 60) sets each fuzz target's run time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -25,6 +25,9 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKESTREL_SANITIZE=ON
 cmake --build build-asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs"
+
+echo "== aarch64 build (cross-compiled) and its kernel and model tests under qemu-aarch64"
+bash scripts/test_aarch64.sh
 
 echo "== fuzz targets (libFuzzer, ${fuzz_seconds}s each)"
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKESTREL_FUZZ=ON \

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <random>
 
+#include "compute/cpu/attention.h"
 #include "compute/cpu/dot.h"
 #include "compute/cpu/elementwise.h"
 #include "compute/cpu/packed_matrix.h"
@@ -226,6 +227,40 @@ TEST(Kernels, PackedFloatGemmMatchesReferenceOnEveryIsa) {
       }
     }
   }
+}
+
+TEST(Kernels, RmsnormMatchesReference) {
+  ThreadPool pool(2);
+  for (int n : {64, 2048, 5632}) {
+    const auto x = random_vector(3 * static_cast<size_t>(n), 94, 2.0f), weight = random_vector(static_cast<size_t>(n), 95);
+    std::vector<float> got(x.size()), want(x.size());
+    ops::rmsnorm(pool, x.data(), weight.data(), got.data(), 3, n, 1e-5f);
+    ref::rmsnorm(x.data(), weight.data(), want.data(), 3, n, 1e-5f);
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 2e-6f * (1 + std::fabs(want[i]))) << n << " " << i;
+  }
+}
+
+// The angle table (float angles from float inverse frequencies) against angles computed in double: at
+// position 4000 an angle of ~4000 rad carries ~2.4e-4 of float rounding, so the tolerance grows with it.
+TEST(Kernels, RopeMatchesReference) {
+  const int n_heads = 3, hd = 64;
+  const std::vector<int32_t> positions = {0, 1, 17, 255, 4000};
+  const std::vector<float> factors(hd / 2, 1.5f);
+  for (RopeStyle style : {RopeStyle::Interleaved, RopeStyle::NeoX})
+    for (int n_rot : {64, 32})
+      for (const float* ff : {static_cast<const float*>(nullptr), factors.data()}) {
+        const auto x = random_vector(positions.size() * n_heads * hd, 96);
+        std::vector<float> got = x, want = x;
+        ops::rope(got.data(), ops::rope_table(positions, n_rot, 10000.0f, ff), n_heads, hd, style);
+        ref::rope(want.data(), positions, n_heads, hd, n_rot, 10000.0f, style, ff);
+        for (size_t i = 0; i < got.size(); ++i) {
+          const int pos = positions[i / (n_heads * hd)];
+          ASSERT_NEAR(got[i], want[i], 1e-5f + 1e-6f * pos) << i;
+          if (static_cast<int>(i % hd) >= n_rot) {
+            ASSERT_EQ(got[i], x[i]) << "dims past n_rot stay";
+          }
+        }
+      }
 }
 
 TEST(Kernels, ActivationQuantizationRoundTrips) {
@@ -520,12 +555,16 @@ TEST(Kernels, PagedAttentionMatchesFullSoftmax) {
     const AttentionRows rows{positions, tables};
     const int n_tok = static_cast<int>(positions.size());
     const auto q = random_vector(static_cast<size_t>(n_tok) * n_heads * hd, 23, 0.3f);
-    std::vector<float> got(q.size()), want(q.size());
-    ops::attention_paged(pool, q.data(), kv, rows, got.data(), n_tok, n_heads, 0.125f);
+    std::vector<float> want(q.size());
     ref::attention(q.data(), kv, rows, want.data(), n_tok, n_heads, 0.125f);
-    // BF16 pages also round the probabilities to BF16 for the value products.
-    const float tol = type == KvType::BF16 ? 1e-2f : 2e-5f;
-    for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], tol) << i;
+    for (Isa isa : runnable_isas()) {
+      SCOPED_TRACE(isa_name(isa));
+      std::vector<float> got(q.size());
+      attention_paged_on(isa, pool, q.data(), kv, rows, got.data(), n_tok, n_heads, 0.125f);
+      // BF16 pages (with AVX-512 BF16) also round the probabilities to BF16 for the value products.
+      const float tol = type == KvType::BF16 ? 1e-2f : 2e-5f;
+      for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], tol) << i;
+    }
   }
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "compute/cpu/attention.h"
 #include "compute/cpu/isa.h"
 #include "compute/cpu/kv_store_head.h"
 #include "compute/ops.h"
@@ -52,16 +53,19 @@ AttendFn attend_kernel_avx2(bool) { return nullptr; }
 AttendFn attend_kernel_avx512(bool) { return nullptr; }
 AttendFn attend_kernel_bf16_avx512() { return nullptr; }
 #endif
+#if !defined(KESTREL_HAVE_NEON_KERNELS)
+AttendFn attend_kernel_neon(bool) { return nullptr; }
+#endif
 
 namespace {
 
-AttendFn attend_kernel(KvType type) {
-  if (type == KvType::BF16) return cpu_has_avx512_bf16() ? attend_kernel_bf16_avx512() : nullptr;
+AttendFn attend_kernel(KvType type, Isa isa) {
+  if (type == KvType::BF16) return isa_includes(isa, Isa::Avx512) && cpu_has_avx512_bf16() ? attend_kernel_bf16_avx512() : nullptr;
   const bool f16 = type == KvType::F16;
-  const Isa isa = detected_isa();
   AttendFn fn = nullptr;
-  if (isa >= Isa::Avx512) fn = attend_kernel_avx512(f16);
-  if (!fn && isa >= Isa::Avx2) fn = attend_kernel_avx2(f16);
+  if (isa_includes(isa, Isa::Avx512)) fn = attend_kernel_avx512(f16);
+  if (!fn && isa_includes(isa, Isa::Avx2)) fn = attend_kernel_avx2(f16);
+  if (!fn && isa_includes(isa, Isa::Neon)) fn = attend_kernel_neon(f16);
   return fn ? fn : attend_kernel_baseline(f16);
 }
 
@@ -108,16 +112,14 @@ bool tokens_in_distinct_sequences(const AttentionRows& rows) {
 
 }  // namespace
 
-namespace ops {
-
-void attention_paged(ThreadPool& pool, const float* q, const KvLayerView& kv, const AttentionRows& rows,
-                     float* out, int n_tok, int n_heads, float scale, const KvWrite* write) {
+void attention_paged_on(Isa isa, ThreadPool& pool, const float* q, const KvLayerView& kv, const AttentionRows& rows,
+                        float* out, int n_tok, int n_heads, float scale, const ops::KvWrite* write) {
   const bool fast = kv.k_transposed && !kv.v_in_k() && attend_page_size_ok(kv.block_size) &&
                     kv.k_dim <= kAttendMaxDim && kv.v_dim <= kAttendMaxDim && kv.v_dim % kAttendTile == 0 &&
                     kv.k_dim % 2 == 0;
-  const AttendFn attend_fn = fast ? attend_kernel(kv.type) : nullptr;
+  const AttendFn attend_fn = fast ? attend_kernel(kv.type, isa) : nullptr;
   if (write && !(attend_fn && tokens_in_distinct_sequences(rows))) {
-    kv_store(kv, rows, *write, n_tok);
+    ops::kv_store(kv, rows, *write, n_tok);
     write = nullptr;
   }
   if (!attend_fn) return attention_generic(pool, q, kv, rows, out, n_tok, n_heads, scale);
@@ -126,7 +128,7 @@ void attention_paged(ThreadPool& pool, const float* q, const KvLayerView& kv, co
     float scratch[kAttendMaxDim];  // one rotated K row
     for (size_t item = begin; item < end; ++item) {
       const int t = static_cast<int>(item / kv.n_kv_heads), h = static_cast<int>(item % kv.n_kv_heads);
-      if (write) kv_store_head(kv, rows, *write, t, h, scratch);
+      if (write) ops::kv_store_head(kv, rows, *write, t, h, scratch);
       const size_t first_head = static_cast<size_t>(t) * n_heads + static_cast<size_t>(h) * group;
       const AttendArgs args{q + first_head * kv.k_dim, group, kv.k_dim, kv.v_dim, kv.k, kv.v, kv.v_stride,
                             kv.block_size, kv.n_blocks, h, rows.block_tables[t], rows.positions[t] + 1, scale,
@@ -134,6 +136,13 @@ void attention_paged(ThreadPool& pool, const float* q, const KvLayerView& kv, co
       attend_fn(args);
     }
   });
+}
+
+namespace ops {
+
+void attention_paged(ThreadPool& pool, const float* q, const KvLayerView& kv, const AttentionRows& rows,
+                     float* out, int n_tok, int n_heads, float scale, const KvWrite* write) {
+  attention_paged_on(detected_isa(), pool, q, kv, rows, out, n_tok, n_heads, scale, write);
 }
 
 }  // namespace ops

@@ -264,6 +264,7 @@ using AttendFn = void (*)(const AttendArgs& a);
 AttendFn attend_kernel_baseline(bool f16);
 AttendFn attend_kernel_avx2(bool f16);
 AttendFn attend_kernel_avx512(bool f16);
+AttendFn attend_kernel_neon(bool f16);
 // BF16 pages (pair-interleaved K and V, see KvLayerView), with vdpbf16ps; nullptr without AVX-512 BF16.
 AttendFn attend_kernel_bf16_avx512();
 

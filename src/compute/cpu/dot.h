@@ -20,6 +20,7 @@ inline DotFn dot_kernel(DType type) { return dot_kernel(type, detected_isa()); }
 DotFn dot_kernel_scalar(DType type);
 DotFn dot_kernel_avx2(DType type);
 DotFn dot_kernel_avx512(DType type);
+DotFn dot_kernel_neon(DType type);
 
 // Integer path for the quantized weight types (Q8_0, Q4_0, Q4_K, Q6_K): one weight row against the
 // 8-bit-quantized activations of n_tok tokens (1..8), reading the row once.
@@ -34,5 +35,6 @@ inline DotQ8Fn dot_q8_kernel(DType type) { return dot_q8_kernel(type, detected_i
 DotQ8Fn dot_q8_kernel_scalar(DType type);
 DotQ8Fn dot_q8_kernel_avx2(DType type);
 DotQ8Fn dot_q8_kernel_avx512(DType type);
+DotQ8Fn dot_q8_kernel_neon(DType type);
 
 }  // namespace kestrel

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "compute/cpu/dot.h"
+#include "compute/cpu/dot_q8_dispatch.h"
 #include "quant/blocks.h"
 
 namespace kestrel {
@@ -130,21 +131,6 @@ void q6_k_q8a(const void* row, const BlockQ8A* x, size_t xs, size_t n, float* ou
   }
   for (int t = 0; t < NT; ++t) out[t * os] = hsum_ps(acc[t]) - corr[t];
 }
-
-// Turns a kernel template into a DotQ8Fn that dispatches on the token count.
-#define KESTREL_DOT_Q8_DISPATCH(kernel)                                                                     \
-  [](const void* row, const BlockQ8A* x, size_t xs, int n_tok, size_t n, float* out, size_t os) {           \
-    switch (n_tok) {                                                                                        \
-      case 1: kernel<1>(row, x, xs, n, out, os); break;                                                     \
-      case 2: kernel<2>(row, x, xs, n, out, os); break;                                                     \
-      case 3: kernel<3>(row, x, xs, n, out, os); break;                                                     \
-      case 4: kernel<4>(row, x, xs, n, out, os); break;                                                     \
-      case 5: kernel<5>(row, x, xs, n, out, os); break;                                                     \
-      case 6: kernel<6>(row, x, xs, n, out, os); break;                                                     \
-      case 7: kernel<7>(row, x, xs, n, out, os); break;                                                     \
-      default: kernel<8>(row, x, xs, n, out, os); break;                                                    \
-    }                                                                                                       \
-  }
 
 DotQ8Fn dot_q8_table(DType type) {
   switch (type) {

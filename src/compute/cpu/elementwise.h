@@ -12,5 +12,6 @@ void silu_mul_reference(float* gate, const float* up, size_t n);
 SiluMulFn silu_mul_kernel(Isa isa);  // the reference where no vector kernel exists
 SiluMulFn silu_mul_kernel_avx2();    // nullptr where not built
 SiluMulFn silu_mul_kernel_avx512();  // nullptr where not built
+SiluMulFn silu_mul_kernel_neon();    // nullptr where not built
 
 }  // namespace kestrel

@@ -6,6 +6,9 @@
 #if defined(__x86_64__)
 #include <cpuid.h>
 #endif
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#endif
 
 namespace kestrel {
 
@@ -14,8 +17,14 @@ const char* isa_name(Isa isa) {
     case Isa::Scalar: return "scalar";
     case Isa::Avx2: return "avx2";
     case Isa::Avx512: return "avx512";
+    case Isa::Neon: return "neon";
   }
   return "?";
+}
+
+bool isa_includes(Isa isa, Isa level) {
+  if (level == Isa::Scalar || isa == level) return true;
+  return isa == Isa::Avx512 && level == Isa::Avx2;
 }
 
 namespace {
@@ -36,6 +45,14 @@ Isa hardware_isa() {
   if (os_ymm && avx2) return Isa::Avx2;
   return Isa::Scalar;
 }
+#elif defined(__aarch64__) && defined(__linux__) && defined(KESTREL_HAVE_NEON_KERNELS)
+// The kernel's hardware capability bits (AT_HWCAP: asimd 1 << 1, fphp/asimdhp 1 << 9 / 1 << 10,
+// asimddp 1 << 20).
+Isa hardware_isa() {
+  const unsigned long hw = getauxval(AT_HWCAP);
+  const bool asimd = hw & (1ul << 1), fp16 = (hw & (1ul << 9)) && (hw & (1ul << 10)), dotprod = hw & (1ul << 20);
+  return asimd && fp16 && dotprod ? Isa::Neon : Isa::Scalar;
+}
 #else
 Isa hardware_isa() { return Isa::Scalar; }
 #endif
@@ -48,15 +65,25 @@ bool cpu_has_avx512_bf16() {
     if (hardware_isa() < Isa::Avx512 || !__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) return false;
     return (eax & (1u << 5)) != 0;
   }();
-  return has && detected_isa() >= Isa::Avx512;
+  return has && detected_isa() == Isa::Avx512;
+#else
+  return false;
+#endif
+}
+
+bool cpu_has_i8mm() {
+#if defined(__aarch64__) && defined(__linux__) && defined(KESTREL_HAVE_NEON_KERNELS)
+  static const bool has = (getauxval(AT_HWCAP2) & (1ul << 13)) != 0;  // HWCAP2_I8MM
+  return has && detected_isa() == Isa::Neon;
 #else
   return false;
 #endif
 }
 
 std::vector<Isa> runnable_isas() {
-  std::vector<Isa> out;
   const Isa hw = hardware_isa();
+  if (hw == Isa::Neon) return {Isa::Scalar, Isa::Neon};
+  std::vector<Isa> out;
   for (int i = 0; i <= static_cast<int>(hw); ++i) out.push_back(static_cast<Isa>(i));
   return out;
 }
@@ -65,8 +92,8 @@ Isa detected_isa() {
   static const Isa isa = [] {
     const Isa hw = hardware_isa();
     if (const char* forced = std::getenv("KESTREL_ISA")) {
-      for (Isa candidate : {Isa::Scalar, Isa::Avx2, Isa::Avx512})
-        if (std::strcmp(forced, isa_name(candidate)) == 0 && candidate <= hw) return candidate;
+      for (Isa candidate : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon})
+        if (std::strcmp(forced, isa_name(candidate)) == 0 && isa_includes(hw, candidate)) return candidate;
     }
     return hw;
   }();

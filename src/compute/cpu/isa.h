@@ -5,15 +5,22 @@
 
 namespace kestrel {
 
-// Avx2: AVX2 + FMA + F16C. Avx512: AVX-512 F/BW/VL with VNNI (Zen 4, Ice Lake and later).
-enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2 };
+// x86-64: Avx2 = AVX2 + FMA + F16C; Avx512 = AVX-512 F/BW/VL with VNNI (Zen 4, Ice Lake and later), which
+// includes Avx2. AArch64: Neon = Advanced SIMD with the dot-product extension (sdot; ARMv8.2-A and later:
+// Apple M1+, Graviton 2+, Ampere, Cortex-A76+). Scalar runs everywhere.
+enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2, Neon = 3 };
 
 const char* isa_name(Isa isa);
-// The best level this CPU runs (overridable with KESTREL_ISA=scalar|avx2|avx512 for testing).
+// Whether a CPU at level `isa` runs kernels built for `level` (Scalar: always; Avx512 includes Avx2;
+// levels of different architectures never include each other).
+bool isa_includes(Isa isa, Isa level);
+// The best level this CPU runs (overridable with KESTREL_ISA=scalar|avx2|avx512|neon for testing).
 Isa detected_isa();
 // Every level this CPU can run, lowest first (tests hold each against the scalar reference).
 std::vector<Isa> runnable_isas();
 // AVX-512 BF16 dot products (vdpbf16ps), on top of the Avx512 level (Zen 4, Sapphire Rapids).
 bool cpu_has_avx512_bf16();
+// AArch64 8-bit integer matrix multiply (smmla, ARMv8.6-A i8mm), on top of the Neon level.
+bool cpu_has_i8mm();
 
 }  // namespace kestrel

@@ -179,10 +179,14 @@ void silu_mul_reference(float* gate, const float* up, size_t n) {
 SiluMulFn silu_mul_kernel_avx2() { return nullptr; }
 SiluMulFn silu_mul_kernel_avx512() { return nullptr; }
 #endif
+#if !defined(KESTREL_HAVE_NEON_KERNELS)
+SiluMulFn silu_mul_kernel_neon() { return nullptr; }
+#endif
 
 SiluMulFn silu_mul_kernel(Isa isa) {
-  SiluMulFn fn = isa >= Isa::Avx512 ? silu_mul_kernel_avx512() : nullptr;
-  if (!fn && isa >= Isa::Avx2) fn = silu_mul_kernel_avx2();
+  SiluMulFn fn = isa_includes(isa, Isa::Avx512) ? silu_mul_kernel_avx512() : nullptr;
+  if (!fn && isa_includes(isa, Isa::Avx2)) fn = silu_mul_kernel_avx2();
+  if (!fn && isa_includes(isa, Isa::Neon)) fn = silu_mul_kernel_neon();
   return fn ? fn : silu_mul_reference;
 }
 

@@ -45,11 +45,11 @@ bool PackedMatrix::supports(DType type, int64_t n_in, int64_t n_out, Isa isa) {
   if (n_out % kRows != 0) return false;
   switch (type) {
     case DType::Q4_0:
-    case DType::Q8_0: return n_in % 32 == 0 && isa >= Isa::Avx2;
+    case DType::Q8_0: return n_in % 32 == 0 && isa_includes(isa, Isa::Avx2);
     case DType::Q4_K:
-    case DType::Q6_K: return n_in % 256 == 0 && isa >= Isa::Avx2;
+    case DType::Q6_K: return n_in % 256 == 0 && isa_includes(isa, Isa::Avx2);
     case DType::F16:
-    case DType::BF16: return n_in % 32 == 0 && isa >= Isa::Avx2;
+    case DType::BF16: return n_in % 32 == 0 && isa_includes(isa, Isa::Avx2);
     default: return false;
   }
 }
@@ -66,7 +66,7 @@ std::optional<PackedMatrix> PackedMatrix::pack(const WeightMatrix& w, Isa isa) {
     case DType::Q6_K: p.layout = PackedLayout::Q6_Kx16; p.block_inputs = 256; p.block_bytes = 3360; break;
     case DType::F16:
     case DType::BF16:
-      if (isa >= Isa::Avx512 && cpu_has_avx512_bf16()) p.layout = PackedLayout::BF16x16;
+      if (isa_includes(isa, Isa::Avx512) && cpu_has_avx512_bf16()) p.layout = PackedLayout::BF16x16;
       else p.layout = w.type == DType::F16 ? PackedLayout::F16Fma16 : PackedLayout::BF16Fma16;
       p.block_inputs = 32;
       p.block_bytes = 1024;
@@ -262,12 +262,12 @@ PackedGemmF32Fn packed_gemm_f32_reference(PackedLayout layout) {
 }
 
 PackedGemmF32Fn packed_gemm_f32_kernel(PackedLayout layout, Isa isa) {
-  PackedGemmF32Fn fn = isa >= Isa::Avx2 ? packed_gemm_f32_kernel_avx2(layout) : nullptr;
+  PackedGemmF32Fn fn = isa_includes(isa, Isa::Avx2) ? packed_gemm_f32_kernel_avx2(layout) : nullptr;
   return fn ? fn : packed_gemm_f32_reference(layout);
 }
 
 PackedGemmBf16Fn packed_gemm_bf16_kernel(Isa isa) {
-  PackedGemmBf16Fn fn = isa >= Isa::Avx512 && cpu_has_avx512_bf16() ? packed_gemm_bf16_kernel_avx512() : nullptr;
+  PackedGemmBf16Fn fn = isa_includes(isa, Isa::Avx512) && cpu_has_avx512_bf16() ? packed_gemm_bf16_kernel_avx512() : nullptr;
   return fn ? fn : packed_gemm_bf16_reference;
 }
 
@@ -293,8 +293,8 @@ PackedGemmFn packed_gemm_kernel_avx512(PackedLayout) { return nullptr; }
 
 PackedGemmFn packed_gemm_kernel(PackedLayout layout, Isa isa) {
   PackedGemmFn fn = nullptr;
-  if (isa >= Isa::Avx512) fn = packed_gemm_kernel_avx512(layout);
-  if (!fn && isa >= Isa::Avx2) fn = packed_gemm_kernel_avx2(layout);
+  if (isa_includes(isa, Isa::Avx512)) fn = packed_gemm_kernel_avx512(layout);
+  if (!fn && isa_includes(isa, Isa::Avx2)) fn = packed_gemm_kernel_avx2(layout);
   return fn ? fn : packed_gemm_reference(layout);
 }
 

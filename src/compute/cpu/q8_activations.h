@@ -26,6 +26,7 @@ using QuantizeQ8AFn = void (*)(const float* x, BlockQ8A* out, size_t n);
 QuantizeQ8AFn quantize_q8a_kernel(Isa isa);
 QuantizeQ8AFn quantize_q8a_kernel_avx2();    // nullptr where not built
 QuantizeQ8AFn quantize_q8a_kernel_avx512();  // nullptr where not built
+QuantizeQ8AFn quantize_q8a_kernel_neon();    // nullptr where not built
 
 // out[n / 32] <- x[n] RMS-normalised first (x / rms(x) * weight[n], eps inside the root): bit-identical to
 // ops::rmsnorm then quantize_activations_q8a, which is the reference. The vector kernel reads x once and
@@ -35,5 +36,6 @@ using QuantizeNormQ8AFn = void (*)(const float* x, const float* weight, float ep
 QuantizeNormQ8AFn quantize_norm_q8a_kernel(Isa isa);
 QuantizeNormQ8AFn quantize_norm_q8a_kernel_avx2();    // nullptr where not built
 QuantizeNormQ8AFn quantize_norm_q8a_kernel_avx512();  // nullptr where not built
+QuantizeNormQ8AFn quantize_norm_q8a_kernel_neon();    // nullptr where not built
 
 }  // namespace kestrel

@@ -52,4 +52,31 @@ void attention(const float* q, const KvLayerView& kv, const AttentionRows& rows,
   }
 }
 
+void rmsnorm(const float* x, const float* weight, float* y, int n_tok, int n, float eps) {
+  for (int t = 0; t < n_tok; ++t) {
+    const float* xr = x + static_cast<size_t>(t) * n;
+    double ss = 0;
+    for (int i = 0; i < n; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+    const double scale = 1.0 / std::sqrt(ss / n + eps);
+    for (int i = 0; i < n; ++i) y[static_cast<size_t>(t) * n + i] = static_cast<float>(xr[i] * scale * weight[i]);
+  }
+}
+
+void rope(float* x, std::span<const int32_t> positions, int n_heads, int head_dim, int n_rot, float freq_base,
+          RopeStyle style, const float* freq_factors) {
+  const int half = n_rot / 2;
+  for (size_t t = 0; t < positions.size(); ++t)
+    for (int h = 0; h < n_heads; ++h) {
+      float* head = x + (t * static_cast<size_t>(n_heads) + static_cast<size_t>(h)) * static_cast<size_t>(head_dim);
+      for (int i = 0; i < half; ++i) {
+        const double freq = std::pow(static_cast<double>(freq_base), -2.0 * i / n_rot) / (freq_factors ? freq_factors[i] : 1.0);
+        const double theta = positions[t] * freq;
+        const int a = style == RopeStyle::Interleaved ? 2 * i : i, b = style == RopeStyle::Interleaved ? 2 * i + 1 : i + half;
+        const double x0 = head[a], x1 = head[b];
+        head[a] = static_cast<float>(x0 * std::cos(theta) - x1 * std::sin(theta));
+        head[b] = static_cast<float>(x0 * std::sin(theta) + x1 * std::cos(theta));
+      }
+    }
+}
+
 }  // namespace kestrel::ref
