@@ -233,7 +233,7 @@ void register_all() {
                                       kestrel::isa_name(isa) + "/tokens:" + std::to_string(n_tok)).c_str(),
                                      BM_MatVecQ8, type, isa, n_tok);
   for (Isa isa : kestrel::runnable_isas())
-    for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K})
+    for (DType type : {DType::F32, DType::F16, DType::BF16})  // the block types: matvec_q8 and packed_gemm
       benchmark::RegisterBenchmark(
           (std::string("matvec_2048x2048/") + kestrel::dtype_name(type) + "/" + kestrel::isa_name(isa)).c_str(),
           BM_MatVec, type, isa);

@@ -1,6 +1,5 @@
-// AArch64 NEON row-dot kernels: float rows (F32, F16, BF16) against float activations, and the integer
-// path (Q8_0, Q4_0, Q4_K, Q6_K rows against 8-bit activation blocks of up to 8 tokens) with the
-// dot-product instruction (sdot: 4 signed byte products into each int32 lane). Weights are made signed
+// AArch64 NEON row-dot kernels: float rows (dot_float_impl.h), and the integer path (Q8_0, Q4_0, Q4_K,
+// Q6_K rows against 8-bit activation blocks of up to 8 tokens) with the dot-product instruction (sdot: 4 signed byte products into each int32 lane). Weights are made signed
 // first (q - 8, q - 32, or the 4-bit q as it is), so no offset terms are needed except Q4_K's mins.
 // Compiled with +dotprod and entered only after run-time detection; internal linkage throughout.
 #include <arm_neon.h>
@@ -8,43 +7,15 @@
 #include <cstdint>
 
 #include "compute/cpu/dot.h"
+#include "compute/cpu/dot_float_impl.h"
 #include "compute/cpu/dot_q8_dispatch.h"
-#include "core/fp16.h"
+#include "compute/cpu/simd_neon.h"
 #include "quant/blocks.h"
 
 namespace kestrel {
 namespace {
 
 inline float half_to_float(uint16_t h) { return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0); }
-inline float32x4_t f16x4(const uint16_t* p) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
-inline float32x4_t bf16x4(const uint16_t* p) { return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16)); }
-
-// sum_i w(i) * x[i] for float weights read 4 at a time by `load`, 4 independent chains.
-template <typename T, typename Load, typename Scalar>
-float dot_floats(const T* w, const float* x, size_t n, Load load, Scalar scalar) {
-  float32x4_t a0 = vdupq_n_f32(0), a1 = a0, a2 = a0, a3 = a0;
-  size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    a0 = vfmaq_f32(a0, load(w + i), vld1q_f32(x + i));
-    a1 = vfmaq_f32(a1, load(w + i + 4), vld1q_f32(x + i + 4));
-    a2 = vfmaq_f32(a2, load(w + i + 8), vld1q_f32(x + i + 8));
-    a3 = vfmaq_f32(a3, load(w + i + 12), vld1q_f32(x + i + 12));
-  }
-  for (; i + 4 <= n; i += 4) a0 = vfmaq_f32(a0, load(w + i), vld1q_f32(x + i));
-  float s = vaddvq_f32(vaddq_f32(vaddq_f32(a0, a1), vaddq_f32(a2, a3)));
-  for (; i < n; ++i) s += scalar(w[i]) * x[i];
-  return s;
-}
-
-float dot_f32(const void* row, const float* x, size_t n) {
-  return dot_floats(static_cast<const float*>(row), x, n, [](const float* p) { return vld1q_f32(p); }, [](float v) { return v; });
-}
-float dot_f16(const void* row, const float* x, size_t n) {
-  return dot_floats(static_cast<const uint16_t*>(row), x, n, f16x4, fp16_to_fp32);
-}
-float dot_bf16(const void* row, const float* x, size_t n) {
-  return dot_floats(static_cast<const uint16_t*>(row), x, n, bf16x4, bf16_to_fp32);
-}
 
 // int32 sum of 32 signed byte products: w[0..15] . x[0..15] + w[16..31] . x[16..31].
 inline int32_t dot32(int8x16_t w0, int8x16_t w1, const int8_t* x) {
@@ -160,13 +131,6 @@ DotQ8Fn dot_q8_kernel_neon(DType type) {
   }
 }
 
-DotFn dot_kernel_neon(DType type) {
-  switch (type) {
-    case DType::F32: return dot_f32;
-    case DType::F16: return dot_f16;
-    case DType::BF16: return dot_bf16;
-    default: return nullptr;  // the quantized types: the integer kernels above (matmul), else scalar
-  }
-}
+DotFn dot_kernel_neon(DType type) { return dot_float_table<Vec128>(type); }
 
 }  // namespace kestrel

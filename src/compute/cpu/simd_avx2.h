@@ -16,6 +16,9 @@ struct Vec256 {
   static type set1(float x) { return _mm256_set1_ps(x); }
   static type load(const float* p) { return _mm256_loadu_ps(p); }
   static type load(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static type load_bf16(const uint16_t* p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+  }
   // Lanes from two pages of 4 keys: the halves of a vector.
   static type load2(const float* p0, const float* p1) {
     return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p0)), _mm_loadu_ps(p1), 1);

@@ -16,6 +16,9 @@ struct Vec512 {
   static type set1(float x) { return _mm512_set1_ps(x); }
   static type load(const float* p) { return _mm512_loadu_ps(p); }
   static type load(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+  static type load_bf16(const uint16_t* p) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+  }
   // Lanes from two (load2) or four (load4) pages: halves / quarters of a vector.
   static type load2(const float* p0, const float* p1) {
     return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(_mm256_loadu_ps(p0))),

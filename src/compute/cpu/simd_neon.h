@@ -17,6 +17,7 @@ struct Vec128 {
   static type set1(float x) { return vdupq_n_f32(x); }
   static type load(const float* p) { return vld1q_f32(p); }
   static type load(const uint16_t* p) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
+  static type load_bf16(const uint16_t* p) { return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16)); }
   static void store(float* p, type v) { vst1q_f32(p, v); }
   static type add(type a, type b) { return vaddq_f32(a, b); }
   static type sub(type a, type b) { return vsubq_f32(a, b); }
