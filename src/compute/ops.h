@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -28,6 +29,13 @@ struct WeightMatrix {
   static WeightMatrix from(const TensorView& t, int64_t expert = 0);
   const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
 };
+
+// Weight matrices repacked for this CPU's kernels (layouts in compute/cpu/packed_matrix.h, chosen by the
+// detected ISA; the model sees only these entry points). A packed copy is used through WeightMatrix::packed.
+// Whether a matrix of this type and shape gets a packed copy on this CPU.
+bool has_packed_layout(DType type, int64_t n_in, int64_t n_out);
+// The packed copy of w (nullptr when !has_packed_layout(...)).
+std::shared_ptr<const PackedMatrix> pack_for_kernels(const WeightMatrix& w);
 
 enum class RopeStyle {
   Interleaved,  // rotates pairs (x[2i], x[2i+1]) — GGUF llama files (Q/K rows permuted by the converter)

@@ -6,7 +6,6 @@
 #include <thread>
 #include <vector>
 
-#include "compute/cpu/isa.h"
 #include "model/layers.h"
 #include "quant/quantize.h"
 
@@ -39,7 +38,7 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const std::f
       next_report = done + total / 100;
     }
   }
-  if (repack && detected_isa() != Isa::Scalar) {
+  if (repack) {
     Model& m = *model.value();
     const int n_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
     for (const TensorView* t : m.packed_.build(m.weights_, n_threads))

@@ -19,7 +19,7 @@ std::vector<const TensorView*> PackedWeights::build(const ModelWeights& weights,
   };
   std::vector<Job> jobs;
   for (const TensorView* t : matrices) {
-    if (packed_.count(t) || !PackedMatrix::supports(t->type, t->ne[0], t->ne[1], detected_isa())) continue;
+    if (packed_.count(t) || !has_packed_layout(t->type, t->ne[0], t->ne[1])) continue;
     packed_[t].resize(static_cast<size_t>(t->ne[2]));
     for (int64_t e = 0; e < t->ne[2]; ++e) jobs.push_back({t, e});
   }
@@ -29,7 +29,7 @@ std::vector<const TensorView*> PackedWeights::build(const ModelWeights& weights,
     workers.emplace_back([&] {
       for (size_t j; (j = next.fetch_add(1)) < jobs.size();)
         packed_[jobs[j].tensor][static_cast<size_t>(jobs[j].expert)] =
-            *PackedMatrix::pack(WeightMatrix::from(*jobs[j].tensor, jobs[j].expert));
+            pack_for_kernels(WeightMatrix::from(*jobs[j].tensor, jobs[j].expert));
     });
   for (auto& w : workers) w.join();
   std::vector<const TensorView*> done;
@@ -40,7 +40,7 @@ std::vector<const TensorView*> PackedWeights::build(const ModelWeights& weights,
 WeightMatrix PackedWeights::matrix(const TensorView& t, int64_t expert) const {
   WeightMatrix m = WeightMatrix::from(t, expert);
   const auto it = packed_.find(&t);
-  if (it != packed_.end()) m.packed = &it->second[static_cast<size_t>(expert)];
+  if (it != packed_.end()) m.packed = it->second[static_cast<size_t>(expert)].get();
   return m;
 }
 

@@ -1,10 +1,12 @@
-// Repacked copies of a model's weight matrices for the integer GEMM kernels, built once at load time,
-// and the lookup that layers use to get a matrix (packed when a copy exists, the file's bytes otherwise).
+// Repacked copies of a model's weight matrices for this CPU's GEMM kernels (compute's pack_for_kernels()),
+// built once at load time, and the lookup that layers use to get a matrix (packed when a copy exists, the
+// file's bytes otherwise).
 #pragma once
+#include <memory>
 #include <unordered_map>
 #include <vector>
 
-#include "compute/cpu/packed_matrix.h"
+#include "compute/ops.h"
 #include "model/weights.h"
 
 namespace kestrel {
@@ -19,7 +21,7 @@ class PackedWeights {
   WeightMatrix matrix(const TensorView& t, int64_t expert = 0) const;
 
  private:
-  std::unordered_map<const TensorView*, std::vector<PackedMatrix>> packed_;  // tensor -> one per expert
+  std::unordered_map<const TensorView*, std::vector<std::shared_ptr<const PackedMatrix>>> packed_;  // tensor -> one per expert
 };
 
 }  // namespace kestrel

@@ -298,4 +298,12 @@ PackedGemmFn packed_gemm_kernel(PackedLayout layout, Isa isa) {
   return fn ? fn : packed_gemm_reference(layout);
 }
 
+bool has_packed_layout(DType type, int64_t n_in, int64_t n_out) { return PackedMatrix::supports(type, n_in, n_out, detected_isa()); }
+
+std::shared_ptr<const PackedMatrix> pack_for_kernels(const WeightMatrix& w) {
+  if (!has_packed_layout(w.type, w.n_in, w.n_out)) return nullptr;
+  std::optional<PackedMatrix> p = PackedMatrix::pack(w);
+  return p ? std::make_shared<const PackedMatrix>(std::move(*p)) : nullptr;
+}
+
 }  // namespace kestrel
