@@ -1,7 +1,6 @@
-// Software prefetch for the packed GEMM kernels, shared by every ISA's file (SSE's prefetch instruction
-// only, so nothing here depends on the ISA the including file is compiled for). Internal linkage.
+// Software prefetch for the packed GEMM kernels, shared by every ISA's file (the compiler's prefetch
+// builtin: prefetcht0 on x86, prfm pldl1keep on AArch64). Internal linkage.
 #pragma once
-#include <immintrin.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -20,7 +19,7 @@ inline const uint8_t* block_ahead(const uint8_t* blk, size_t b, size_t ahead, si
 // Every line of one block (null: nothing).
 inline void prefetch_block(const uint8_t* block, size_t block_bytes) {
   if (!block) return;
-  for (size_t off = 0; off < block_bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(block + off), _MM_HINT_T0);
+  for (size_t off = 0; off < block_bytes; off += 64) __builtin_prefetch(block + off);
 }
 
 // Super-blocks are large (2304 / 3360 bytes for 16 rows): even one token has too few of them in the
@@ -29,7 +28,7 @@ inline void prefetch_block(const uint8_t* block, size_t block_bytes) {
 inline void prefetch_superblock_part(const uint8_t* block, size_t block_bytes, int part) {
   if (!block) return;
   const size_t lines = (block_bytes + 63) / 64, begin = lines * part / 8, end = lines * (part + 1) / 8;
-  for (size_t line = begin; line < end; ++line) _mm_prefetch(reinterpret_cast<const char*>(block + 64 * line), _MM_HINT_T0);
+  for (size_t line = begin; line < end; ++line) __builtin_prefetch(block + 64 * line);
 }
 
 }  // namespace

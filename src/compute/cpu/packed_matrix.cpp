@@ -45,11 +45,11 @@ bool PackedMatrix::supports(DType type, int64_t n_in, int64_t n_out, Isa isa) {
   if (n_out % kRows != 0) return false;
   switch (type) {
     case DType::Q4_0:
-    case DType::Q8_0: return n_in % 32 == 0 && isa_includes(isa, Isa::Avx2);
+    case DType::Q8_0: return n_in % 32 == 0 && (isa_includes(isa, Isa::Avx2) || isa == Isa::Neon);
     case DType::Q4_K:
-    case DType::Q6_K: return n_in % 256 == 0 && isa_includes(isa, Isa::Avx2);
+    case DType::Q6_K: return n_in % 256 == 0 && (isa_includes(isa, Isa::Avx2) || isa == Isa::Neon);
     case DType::F16:
-    case DType::BF16: return n_in % 32 == 0 && isa_includes(isa, Isa::Avx2);
+    case DType::BF16: return n_in % 32 == 0 && (isa_includes(isa, Isa::Avx2) || isa == Isa::Neon);
     default: return false;
   }
 }
@@ -263,6 +263,7 @@ PackedGemmF32Fn packed_gemm_f32_reference(PackedLayout layout) {
 
 PackedGemmF32Fn packed_gemm_f32_kernel(PackedLayout layout, Isa isa) {
   PackedGemmF32Fn fn = isa_includes(isa, Isa::Avx2) ? packed_gemm_f32_kernel_avx2(layout) : nullptr;
+  if (!fn && isa_includes(isa, Isa::Neon)) fn = packed_gemm_f32_kernel_neon(layout);
   return fn ? fn : packed_gemm_f32_reference(layout);
 }
 
@@ -284,6 +285,10 @@ PackedGemmFn packed_gemm_reference(PackedLayout layout) {
   return nullptr;
 }
 
+#if !defined(KESTREL_HAVE_NEON_KERNELS)
+PackedGemmFn packed_gemm_kernel_neon(PackedLayout) { return nullptr; }
+PackedGemmF32Fn packed_gemm_f32_kernel_neon(PackedLayout) { return nullptr; }
+#endif
 #if !defined(KESTREL_HAVE_X86_KERNELS)
 PackedGemmBf16Fn packed_gemm_bf16_kernel_avx512() { return nullptr; }
 PackedGemmFn packed_gemm_kernel_avx2(PackedLayout) { return nullptr; }
@@ -295,6 +300,7 @@ PackedGemmFn packed_gemm_kernel(PackedLayout layout, Isa isa) {
   PackedGemmFn fn = nullptr;
   if (isa_includes(isa, Isa::Avx512)) fn = packed_gemm_kernel_avx512(layout);
   if (!fn && isa_includes(isa, Isa::Avx2)) fn = packed_gemm_kernel_avx2(layout);
+  if (!fn && isa_includes(isa, Isa::Neon)) fn = packed_gemm_kernel_neon(layout);
   return fn ? fn : packed_gemm_reference(layout);
 }
 

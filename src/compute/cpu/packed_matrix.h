@@ -90,6 +90,7 @@ using PackedGemmFn = void (*)(PackedView w, const BlockQ8A* xq, int n_tok, float
 PackedGemmFn packed_gemm_kernel(PackedLayout layout, Isa isa);
 PackedGemmFn packed_gemm_kernel_avx2(PackedLayout layout);
 PackedGemmFn packed_gemm_kernel_avx512(PackedLayout layout);
+PackedGemmFn packed_gemm_kernel_neon(PackedLayout layout);
 // Scalar reference over the same packed bytes.
 PackedGemmFn packed_gemm_reference(PackedLayout layout);
 
@@ -103,8 +104,9 @@ void packed_gemm_bf16_reference(PackedView w, const uint16_t* xb, int n_tok, flo
 // The Fma16 layouts' GEMM: float activations x [n_tok, n_in].
 using PackedGemmF32Fn = void (*)(PackedView w, const float* x, int n_tok, float* y, size_t y_stride,
                                  int64_t group_begin, int64_t group_end);
-PackedGemmF32Fn packed_gemm_f32_kernel(PackedLayout layout, Isa isa);  // the AVX2 kernel, or the reference
+PackedGemmF32Fn packed_gemm_f32_kernel(PackedLayout layout, Isa isa);  // the AVX2 or NEON kernel, or the reference
 PackedGemmF32Fn packed_gemm_f32_kernel_avx2(PackedLayout layout);
+PackedGemmF32Fn packed_gemm_f32_kernel_neon(PackedLayout layout);
 PackedGemmF32Fn packed_gemm_f32_reference(PackedLayout layout);  // nullptr for the other layouts
 // The weights of row `row` (0..15) of one packed block, decoded to floats: out[block inputs].
 void unpack_block_row(PackedLayout layout, const uint8_t* block, int row, float* out);

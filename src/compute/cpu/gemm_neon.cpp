@@ -1,0 +1,242 @@
+// Integer GEMM on 16-row packed weights with AArch64 NEON sdot: a 128-bit register holds 4 consecutive
+// inputs of 4 rows (a quarter of the layout's 64-byte vector), and vdotq_laneq_s32 multiplies it with one
+// 4-input group of a token's 8-bit activations, so 4 instructions cover 16 rows x 4 inputs. Each 32-input
+// block is unpacked once into signed bytes (Q8_0's +128 removed; 4- and 6-bit values as they are, their
+// offsets folded into the int32 start value as on x86) and every token of the tile reads it from L1.
+// Compiled with +dotprod and entered only after run-time detection; internal linkage throughout.
+#include <arm_neon.h>
+
+#include "compute/cpu/gemm_prefetch.h"
+#include "compute/cpu/packed_matrix.h"
+
+namespace kestrel {
+namespace {
+
+constexpr int kTokens = 4;
+constexpr int64_t kGroupChunk = 4;  // row groups whose weights stay in cache while token tiles pass
+constexpr size_t kPrefetchBlocks = 8;
+
+// q[4k + r]: inputs 4k..4k+3 of rows 4r..4r+3, for the 8 input groups of a 32-input block.
+using BlockBytes = int8x16_t[32];
+
+// A nibble tile (4 x 64 bytes): low nibbles are input groups 0..3, high nibbles 4..7.
+inline void unpack_nibbles(const uint8_t* tile, BlockBytes& q) {
+  const uint8x16_t m4 = vdupq_n_u8(0xF);
+  for (int k = 0; k < 4; ++k)
+    for (int r = 0; r < 4; ++r) {
+      const uint8x16_t packed = vld1q_u8(tile + 64 * k + 16 * r);
+      q[4 * k + r] = vreinterpretq_s8_u8(vandq_u8(packed, m4));
+      q[4 * (k + 4) + r] = vreinterpretq_s8_u8(vshrq_n_u8(packed, 4));
+    }
+}
+
+// Adds 2-bit high parts (Q6_K: 2 x 64 bytes, group k's in byte (k % 2) at bits 2 * (k / 2)) above the nibbles.
+inline void add_high_bits(const uint8_t* hi, BlockBytes& q) {
+  const uint8x16_t m2 = vdupq_n_u8(3);
+  for (int k = 0; k < 8; ++k)
+    for (int r = 0; r < 4; ++r) {
+      const uint8x16_t bits = vandq_u8(vshlq_u8(vld1q_u8(hi + 64 * (k % 2) + 16 * r), vdupq_n_s8(static_cast<int8_t>(-2 * (k / 2)))), m2);
+      q[4 * k + r] = vorrq_s8(q[4 * k + r], vreinterpretq_s8_u8(vshlq_n_u8(bits, 4)));
+    }
+}
+
+// s[r] += rows 4r..4r+3 times the token's inputs of groups [k0, k0 + 4) (x4: those 16 activation bytes).
+template <int K0>
+inline void dot_groups(const BlockBytes& q, int8x16_t x4, int32x4_t* s) {
+  for (int r = 0; r < 4; ++r) {
+    s[r] = vdotq_laneq_s32(s[r], q[4 * (K0 + 0) + r], x4, 0);
+    s[r] = vdotq_laneq_s32(s[r], q[4 * (K0 + 1) + r], x4, 1);
+    s[r] = vdotq_laneq_s32(s[r], q[4 * (K0 + 2) + r], x4, 2);
+    s[r] = vdotq_laneq_s32(s[r], q[4 * (K0 + 3) + r], x4, 3);
+  }
+}
+
+// 16 fp16 values as four float vectors.
+inline void load_halves16(const uint8_t* p, float32x4_t* out) {
+  for (int r = 0; r < 4; ++r) out[r] = vcvt_f32_f16(vreinterpret_f16_u8(vld1_u8(p + 8 * r)));
+}
+// 16 bytes (unsigned or signed) as four float vectors.
+inline void u8x16_to_f32(uint8x16_t v, float32x4_t* out) {
+  const uint16x8_t lo = vmovl_u8(vget_low_u8(v)), hi = vmovl_high_u8(v);
+  out[0] = vcvtq_f32_u32(vmovl_u16(vget_low_u16(lo)));
+  out[1] = vcvtq_f32_u32(vmovl_high_u16(lo));
+  out[2] = vcvtq_f32_u32(vmovl_u16(vget_low_u16(hi)));
+  out[3] = vcvtq_f32_u32(vmovl_high_u16(hi));
+}
+inline void s8x16_to_f32(int8x16_t v, float32x4_t* out) {
+  const int16x8_t lo = vmovl_s8(vget_low_s8(v)), hi = vmovl_high_s8(v);
+  out[0] = vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo)));
+  out[1] = vcvtq_f32_s32(vmovl_high_s16(lo));
+  out[2] = vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi)));
+  out[3] = vcvtq_f32_s32(vmovl_high_s16(hi));
+}
+
+// One token's int32 row sums of a 32-input block, started at `start` (the offset terms).
+inline void block_sums(const BlockBytes& q, const BlockQ8A& xb, int32x4_t start, int32x4_t* s) {
+  for (int r = 0; r < 4; ++r) s[r] = start;
+  dot_groups<0>(q, vld1q_s8(xb.qs), s);
+  dot_groups<4>(q, vld1q_s8(xb.qs + 16), s);
+}
+
+// Puts one token's 16 row results (four vectors) at y: written, or added (PackedView::accumulate).
+inline void store_rows(const PackedView& w, float* y, const float32x4_t* rows) {
+  for (int r = 0; r < 4; ++r) vst1q_f32(y + 4 * r, w.accumulate ? vaddq_f32(vld1q_f32(y + 4 * r), rows[r]) : rows[r]);
+}
+
+// Q4_0 / Q8_0: one scale per row and block.
+template <PackedLayout L, int T>
+void tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, const uint8_t* after) {
+  float32x4_t acc[4 * T];
+  for (int i = 0; i < 4 * T; ++i) acc[i] = vdupq_n_f32(0);
+  BlockBytes q;
+  for (size_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = w.data + (static_cast<size_t>(g) * nb + b) * w.block_bytes;
+    prefetch_block(block_ahead(blk, b, kPrefetchBlocks, nb, w.block_bytes, after), w.block_bytes);
+    float32x4_t d[4];
+    load_halves16(blk, d);
+    if constexpr (L == PackedLayout::Q4_0x16) {
+      unpack_nibbles(blk + 32, q);
+    } else {
+      for (int i = 0; i < 32; ++i) q[i] = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(blk + 32 + 16 * i), vdupq_n_u8(0x80)));
+    }
+    for (int t = 0; t < T; ++t) {
+      const BlockQ8A& xb = xq[static_cast<size_t>(t) * nb + b];
+      int32x4_t s[4];
+      block_sums(q, xb, vdupq_n_s32(L == PackedLayout::Q4_0x16 ? -8 * xb.sum() : 0), s);
+      for (int r = 0; r < 4; ++r) acc[4 * t + r] = vfmaq_f32(acc[4 * t + r], vcvtq_f32_s32(s[r]), vmulq_n_f32(d[r], xb.d));
+    }
+  }
+  for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16, acc + 4 * t);
+}
+
+// Q4_K: per 32-input sub-block j, w = d sc_j q - dmin m_j; scales and mins are 6-bit codes packed as in the
+// file (byte k of the 16 rows at scales + 16 k).
+template <int T>
+void tile_q4_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, const uint8_t* after) {
+  const size_t nxb = nb * 8;
+  float32x4_t acc[4 * T];
+  for (int i = 0; i < 4 * T; ++i) acc[i] = vdupq_n_f32(0);
+  BlockBytes q;
+  for (size_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = w.data + (static_cast<size_t>(g) * nb + b) * w.block_bytes;
+    prefetch_block(block_ahead(blk, b, kPrefetchBlocks, nb, w.block_bytes, after), w.block_bytes);
+    float32x4_t d[4], dmin[4];
+    load_halves16(blk, d);
+    load_halves16(blk + 32, dmin);
+    uint8x16_t codes[12];
+    for (int k = 0; k < 12; ++k) codes[k] = vld1q_u8(blk + 64 + 16 * k);
+    const uint8x16_t low6 = vdupq_n_u8(63), low4 = vdupq_n_u8(0xF);
+    for (int j = 0; j < 8; ++j) {
+      const uint8x16_t sc = j < 4 ? vandq_u8(codes[j], low6)
+                                  : vorrq_u8(vandq_u8(codes[j + 4], low4), vshlq_n_u8(vshrq_n_u8(codes[j - 4], 6), 4));
+      const uint8x16_t mn = j < 4 ? vandq_u8(codes[j + 4], low6)
+                                  : vorrq_u8(vshrq_n_u8(codes[j + 4], 4), vshlq_n_u8(vshrq_n_u8(codes[j], 6), 4));
+      float32x4_t scale[4], min[4];
+      u8x16_to_f32(sc, scale);
+      u8x16_to_f32(mn, min);
+      for (int r = 0; r < 4; ++r) {
+        scale[r] = vmulq_f32(scale[r], d[r]);
+        min[r] = vmulq_f32(min[r], dmin[r]);
+      }
+      unpack_nibbles(blk + 256 + 256 * j, q);
+      for (int t = 0; t < T; ++t) {
+        const BlockQ8A& xb = xq[static_cast<size_t>(t) * nxb + b * 8 + j];
+        int32x4_t s[4];
+        block_sums(q, xb, vdupq_n_s32(0), s);
+        const float xsum = xb.d * static_cast<float>(xb.sum());
+        for (int r = 0; r < 4; ++r) {
+          acc[4 * t + r] = vfmaq_f32(acc[4 * t + r], vcvtq_f32_s32(s[r]), vmulq_n_f32(scale[r], xb.d));
+          acc[4 * t + r] = vfmsq_f32(acc[4 * t + r], min[r], vdupq_n_f32(xsum));
+        }
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16, acc + 4 * t);
+}
+
+// Q6_K: w = d sc (q - 32) with q in 0..63 and one scale per 16 inputs (sc0: inputs 0..15, sc1: 16..31).
+template <int T>
+void tile_q6_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, const uint8_t* after) {
+  const size_t nxb = nb * 8;
+  float32x4_t acc[4 * T];
+  for (int i = 0; i < 4 * T; ++i) acc[i] = vdupq_n_f32(0);
+  BlockBytes q;
+  for (size_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = w.data + (static_cast<size_t>(g) * nb + b) * w.block_bytes;
+    prefetch_block(block_ahead(blk, b, kPrefetchBlocks, nb, w.block_bytes, after), w.block_bytes);
+    float32x4_t d[4];
+    load_halves16(blk, d);
+    for (int j = 0; j < 8; ++j) {
+      float32x4_t sc0[4], sc1[4];
+      s8x16_to_f32(vld1q_s8(reinterpret_cast<const int8_t*>(blk + 32 + 32 * j)), sc0);
+      s8x16_to_f32(vld1q_s8(reinterpret_cast<const int8_t*>(blk + 48 + 32 * j)), sc1);
+      for (int r = 0; r < 4; ++r) {
+        sc0[r] = vmulq_f32(sc0[r], d[r]);
+        sc1[r] = vmulq_f32(sc1[r], d[r]);
+      }
+      unpack_nibbles(blk + 288 + 256 * j, q);
+      add_high_bits(blk + 2336 + 128 * j, q);
+      for (int t = 0; t < T; ++t) {
+        const BlockQ8A& xb = xq[static_cast<size_t>(t) * nxb + b * 8 + j];
+        int32x4_t s0[4], s1[4];
+        for (int r = 0; r < 4; ++r) {
+          s0[r] = vdupq_n_s32(-32 * xb.sum16[0]);
+          s1[r] = vdupq_n_s32(-32 * xb.sum16[1]);
+        }
+        dot_groups<0>(q, vld1q_s8(xb.qs), s0);
+        dot_groups<4>(q, vld1q_s8(xb.qs + 16), s1);
+        for (int r = 0; r < 4; ++r) {
+          acc[4 * t + r] = vfmaq_f32(acc[4 * t + r], vcvtq_f32_s32(s0[r]), vmulq_n_f32(sc0[r], xb.d));
+          acc[4 * t + r] = vfmaq_f32(acc[4 * t + r], vcvtq_f32_s32(s1[r]), vmulq_n_f32(sc1[r], xb.d));
+        }
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16, acc + 4 * t);
+}
+
+template <PackedLayout L, int T>
+void any_tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, const uint8_t* after) {
+  if constexpr (L == PackedLayout::Q4_Kx16)
+    tile_q4_k<T>(w, xq, nb, y, ys, g, after);
+  else if constexpr (L == PackedLayout::Q6_Kx16)
+    tile_q6_k<T>(w, xq, nb, y, ys, g, after);
+  else
+    tile<L, T>(w, xq, nb, y, ys, g, after);
+}
+
+template <PackedLayout L>
+void gemm(PackedView w, const BlockQ8A* xq, int n_tok, float* y, size_t ys, int64_t group_begin, int64_t group_end) {
+  const size_t nb = static_cast<size_t>(w.n_blocks);
+  constexpr size_t kActPerBlock = (L == PackedLayout::Q4_Kx16 || L == PackedLayout::Q6_Kx16) ? 8 : 1;
+  for (int64_t g0 = group_begin; g0 < group_end; g0 += kGroupChunk) {
+    const int64_t g1 = group_end < g0 + kGroupChunk ? group_end : g0 + kGroupChunk;
+    for (int t0 = 0; t0 < n_tok; t0 += kTokens) {
+      const BlockQ8A* x = xq + static_cast<size_t>(t0) * nb * kActPerBlock;
+      float* yt = y + static_cast<size_t>(t0) * ys;
+      for (int64_t g = g0; g < g1; ++g) {
+        const uint8_t* after = g + 1 < group_end ? w.data + static_cast<size_t>(g + 1) * nb * w.block_bytes : w.next;
+        switch (n_tok - t0 < kTokens ? n_tok - t0 : kTokens) {
+          case 1: any_tile<L, 1>(w, x, nb, yt, ys, g, after); break;
+          case 2: any_tile<L, 2>(w, x, nb, yt, ys, g, after); break;
+          case 3: any_tile<L, 3>(w, x, nb, yt, ys, g, after); break;
+          default: any_tile<L, 4>(w, x, nb, yt, ys, g, after); break;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+PackedGemmFn packed_gemm_kernel_neon(PackedLayout layout) {
+  switch (layout) {
+    case PackedLayout::Q4_0x16: return gemm<PackedLayout::Q4_0x16>;
+    case PackedLayout::Q8_0x16: return gemm<PackedLayout::Q8_0x16>;
+    case PackedLayout::Q4_Kx16: return gemm<PackedLayout::Q4_Kx16>;
+    case PackedLayout::Q6_Kx16: return gemm<PackedLayout::Q6_Kx16>;
+    default: return nullptr;  // the float layouts: packed_gemm_f32_kernel_neon
+  }
+}
+
+}  // namespace kestrel
