@@ -6,6 +6,7 @@
 // cannot saturate. Compiled with AVX2 flags; internal linkage throughout.
 #include <immintrin.h>
 
+#include "compute/cpu/gemm_driver.h"
 #include "compute/cpu/gemm_prefetch.h"
 #include "compute/cpu/packed_matrix.h"
 
@@ -40,6 +41,7 @@ template <PackedLayout L, int T>
 void half_tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, int half, const uint8_t* after) {
   const __m256i m4 = _mm256_set1_epi8(0xF), flip = _mm256_set1_epi8(static_cast<char>(0x80));
   __m256 acc[T];
+  KESTREL_UNROLL
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (size_t b = 0; b < nb; ++b) {
     const uint8_t* blk = w.data + (static_cast<size_t>(g) * static_cast<size_t>(w.n_blocks) + b) * w.block_bytes;
@@ -55,6 +57,7 @@ void half_tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
     } else {
       for (int k = 0; k < 8; ++k) q[k] = _mm256_xor_si256(load256(blk + 32 + 64 * k + 32 * half), flip);
     }
+    KESTREL_UNROLL
     for (int t = 0; t < T; ++t) {
       const BlockQ8A& xb = xq[static_cast<size_t>(t) * nb + b];
       const auto* x4 = reinterpret_cast<const int32_t*>(xb.qs);
@@ -73,6 +76,7 @@ void half_tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
       acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_set1_ps(xb.d)), acc[t]);
     }
   }
+  KESTREL_UNROLL
   for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16 + 8 * half, acc[t]);
 }
 
@@ -99,6 +103,7 @@ void half_tile_q4_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_
   const size_t nxb = nb * 8;  // activation blocks per token
   const __m256i m4 = _mm256_set1_epi8(0xF);
   __m256 acc[T];
+  KESTREL_UNROLL
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (size_t b = 0; b < nb; ++b) {
     const uint8_t* blk = w.data + (static_cast<size_t>(g) * nb + b) * w.block_bytes;
@@ -116,6 +121,7 @@ void half_tile_q4_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_
         q[k] = _mm256_and_si256(packed, m4);
         q[k + 4] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), m4);
       }
+      KESTREL_UNROLL
       for (int t = 0; t < T; ++t) {
         const BlockQ8A& xb = xq[static_cast<size_t>(t) * nxb + b * 8 + j];
         const auto* x4 = reinterpret_cast<const int32_t*>(xb.qs);
@@ -126,6 +132,7 @@ void half_tile_q4_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_
       }
     }
   }
+  KESTREL_UNROLL
   for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16 + 8 * half, acc[t]);
 }
 
@@ -135,6 +142,7 @@ void half_tile_q6_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_
   const size_t nxb = nb * 8;
   const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);
   __m256 acc[T];
+  KESTREL_UNROLL
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (size_t b = 0; b < nb; ++b) {
     const uint8_t* blk = w.data + (static_cast<size_t>(g) * nb + b) * w.block_bytes;
@@ -155,6 +163,7 @@ void half_tile_q6_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_
         const __m256i h = _mm256_and_si256(_mm256_srli_epi16(k % 2 ? hi1 : hi0, 2 * (k / 2)), m2);
         q[k] = _mm256_or_si256(q[k], _mm256_slli_epi16(h, 4));
       }
+      KESTREL_UNROLL
       for (int t = 0; t < T; ++t) {
         const BlockQ8A& xb = xq[static_cast<size_t>(t) * nxb + b * 8 + j];
         const auto* x4 = reinterpret_cast<const int32_t*>(xb.qs);
@@ -167,6 +176,7 @@ void half_tile_q6_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_
       }
     }
   }
+  KESTREL_UNROLL
   for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16 + 8 * half, acc[t]);
 }
 
@@ -181,29 +191,12 @@ void any_half_tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t
 }
 
 template <PackedLayout L>
-void gemm(PackedView w, const BlockQ8A* xq, int n_tok, float* y, size_t ys, int64_t group_begin,
-          int64_t group_end) {
+void gemm(PackedView w, const BlockQ8A* xq, int n_tok, float* y, size_t ys, int64_t group_begin, int64_t group_end) {
   const size_t nb = static_cast<size_t>(w.n_blocks);
-  constexpr size_t kActPerBlock = (L == PackedLayout::Q4_Kx16 || L == PackedLayout::Q6_Kx16) ? 8 : 1;
-  for (int64_t g0 = group_begin; g0 < group_end; g0 += kGroupChunk) {
-    const int64_t g1 = group_end < g0 + kGroupChunk ? group_end : g0 + kGroupChunk;
-    for (int t0 = 0; t0 < n_tok; t0 += kTokens) {
-      const BlockQ8A* x = xq + static_cast<size_t>(t0) * nb * kActPerBlock;
-      float* yt = y + static_cast<size_t>(t0) * ys;
-      for (int64_t g = g0; g < g1; ++g) {
-        // What this thread streams after group g: the next group, or after the call's last one w.next.
-        const uint8_t* after = g + 1 < group_end ? w.data + static_cast<size_t>(g + 1) * nb * w.block_bytes : w.next;
-        for (int half = 0; half < 2; ++half) {
-          switch (n_tok - t0 < kTokens ? n_tok - t0 : kTokens) {
-            case 1: any_half_tile<L, 1>(w, x, nb, yt, ys, g, half, after); break;
-            case 2: any_half_tile<L, 2>(w, x, nb, yt, ys, g, half, after); break;
-            case 3: any_half_tile<L, 3>(w, x, nb, yt, ys, g, half, after); break;
-            default: any_half_tile<L, 4>(w, x, nb, yt, ys, g, half, after); break;
-          }
-        }
-      }
-    }
-  }
+  drive_packed_gemm<kTokens, kGroupChunk, activation_blocks_per_block(L)>(
+      w, xq, n_tok, y, ys, group_begin, group_end, [&]<int T>(const BlockQ8A* x, float* yt, int64_t g, const uint8_t* after) {
+        for (int half = 0; half < 2; ++half) any_half_tile<L, T>(w, x, nb, yt, ys, g, half, after);
+      });
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // Compiled with AVX-512 flags and only entered after run-time detection; internal linkage throughout.
 #include <immintrin.h>
 
+#include "compute/cpu/gemm_driver.h"
 #include "compute/cpu/gemm_prefetch.h"
 #include "compute/cpu/packed_matrix.h"
 
@@ -24,6 +25,7 @@ void tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int6
   constexpr int kOffset = L == PackedLayout::Q4_0x16 ? 8 : 128;  // stored value minus this = quantized weight
   const __m512i m4 = _mm512_set1_epi8(0xF);
   __m512 acc[T];
+  KESTREL_UNROLL
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (size_t b = 0; b < nb; ++b) {
     const uint8_t* blk = w.data + (static_cast<size_t>(g) * static_cast<size_t>(w.n_blocks) + b) * w.block_bytes;
@@ -41,6 +43,7 @@ void tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int6
     } else {
       for (int k = 0; k < 8; ++k) q[k] = _mm512_loadu_si512(blk + 32 + 64 * k);
     }
+    KESTREL_UNROLL
     for (int t = 0; t < T; ++t) {
       const BlockQ8A& xb = xq[static_cast<size_t>(t) * nb + b];
       const auto* x4 = reinterpret_cast<const int32_t*>(xb.qs);
@@ -53,6 +56,7 @@ void tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int6
                                acc[t]);
     }
   }
+  KESTREL_UNROLL
   for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16, acc[t]);
 }
 
@@ -79,6 +83,7 @@ void tile_q4_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
   const size_t nxb = nb * 8;  // activation blocks per token
   const __m512i m4 = _mm512_set1_epi8(0xF);
   __m512 acc[T];
+  KESTREL_UNROLL
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (size_t b = 0; b < nb; ++b) {
     const uint8_t* blk = w.data + (static_cast<size_t>(g) * nb + b) * w.block_bytes;
@@ -86,6 +91,7 @@ void tile_q4_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
     // Per super-block: sums over its sub-blocks of sc * (q . x) and of m * sum(x), scaled by d and dmin
     // once at the end (the min sums accumulate apart, off the main dependency chain).
     __m512 sb[T], sb_min[T];
+    KESTREL_UNROLL
     for (int t = 0; t < T; ++t) sb[t] = sb_min[t] = _mm512_setzero_ps();
     alignas(64) uint8_t scales_mins[2][8][16];  // [scale | min][sub-block][row]
     q4_k_scales_mins_x16(blk + 64, scales_mins);
@@ -99,6 +105,7 @@ void tile_q4_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
         q[k] = _mm512_and_si512(packed, m4);
         q[k + 4] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), m4);
       }
+      KESTREL_UNROLL
       for (int t = 0; t < T; ++t) {
         const BlockQ8A& xb = xq[static_cast<size_t>(t) * nxb + b * 8 + j];
         const auto* x4 = reinterpret_cast<const int32_t*>(xb.qs);
@@ -113,8 +120,10 @@ void tile_q4_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
     }
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
     const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32)));
+    KESTREL_UNROLL
     for (int t = 0; t < T; ++t) acc[t] = _mm512_fmadd_ps(d, sb[t], _mm512_fnmadd_ps(dmin, sb_min[t], acc[t]));
   }
+  KESTREL_UNROLL
   for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16, acc[t]);
 }
 
@@ -123,6 +132,7 @@ void tile_q6_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
   const size_t nxb = nb * 8;
   const __m512i m4 = _mm512_set1_epi8(0xF), m2 = _mm512_set1_epi8(3);
   __m512 acc[T];
+  KESTREL_UNROLL
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (size_t b = 0; b < nb; ++b) {
     const uint8_t* blk = w.data + (static_cast<size_t>(g) * nb + b) * w.block_bytes;
@@ -145,6 +155,7 @@ void tile_q6_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
         const __m512i h = _mm512_and_si512(_mm512_srli_epi16(k % 2 ? hi1 : hi0, 2 * (k / 2)), m2);
         q[k] = _mm512_or_si512(q[k], _mm512_slli_epi16(h, 4));
       }
+      KESTREL_UNROLL
       for (int t = 0; t < T; ++t) {
         const BlockQ8A& xb = xq[static_cast<size_t>(t) * nxb + b * 8 + j];
         const auto* x4 = reinterpret_cast<const int32_t*>(xb.qs);
@@ -159,6 +170,7 @@ void tile_q6_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
       }
     }
   }
+  KESTREL_UNROLL
   for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16, acc[t]);
 }
 
@@ -173,31 +185,11 @@ void any_tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, 
 }
 
 template <PackedLayout L>
-void gemm(PackedView w, const BlockQ8A* xq, int n_tok, float* y, size_t ys, int64_t group_begin,
-          int64_t group_end) {
+void gemm(PackedView w, const BlockQ8A* xq, int n_tok, float* y, size_t ys, int64_t group_begin, int64_t group_end) {
   const size_t nb = static_cast<size_t>(w.n_blocks);
-  for (int64_t g0 = group_begin; g0 < group_end; g0 += kGroupChunk) {
-    const int64_t g1 = group_end < g0 + kGroupChunk ? group_end : g0 + kGroupChunk;
-    for (int t0 = 0; t0 < n_tok; t0 += kTokens) {
-      constexpr size_t kActPerBlock = (L == PackedLayout::Q4_Kx16 || L == PackedLayout::Q6_Kx16) ? 8 : 1;
-      const BlockQ8A* x = xq + static_cast<size_t>(t0) * nb * kActPerBlock;
-      float* yt = y + static_cast<size_t>(t0) * ys;
-      for (int64_t g = g0; g < g1; ++g) {
-        // What this thread streams after group g: the next group, or after the call's last one w.next.
-        const uint8_t* after = g + 1 < group_end ? w.data + static_cast<size_t>(g + 1) * nb * w.block_bytes : w.next;
-        switch (n_tok - t0 < kTokens ? n_tok - t0 : kTokens) {
-          case 1: any_tile<L, 1>(w, x, nb, yt, ys, g, after); break;
-          case 2: any_tile<L, 2>(w, x, nb, yt, ys, g, after); break;
-          case 3: any_tile<L, 3>(w, x, nb, yt, ys, g, after); break;
-          case 4: any_tile<L, 4>(w, x, nb, yt, ys, g, after); break;
-          case 5: any_tile<L, 5>(w, x, nb, yt, ys, g, after); break;
-          case 6: any_tile<L, 6>(w, x, nb, yt, ys, g, after); break;
-          case 7: any_tile<L, 7>(w, x, nb, yt, ys, g, after); break;
-          default: any_tile<L, 8>(w, x, nb, yt, ys, g, after); break;
-        }
-      }
-    }
-  }
+  drive_packed_gemm<kTokens, kGroupChunk, activation_blocks_per_block(L)>(
+      w, xq, n_tok, y, ys, group_begin, group_end,
+      [&]<int T>(const BlockQ8A* x, float* yt, int64_t g, const uint8_t* after) { any_tile<L, T>(w, x, nb, yt, ys, g, after); });
 }
 
 }  // namespace

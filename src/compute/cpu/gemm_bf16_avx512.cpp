@@ -17,6 +17,7 @@ template <int T>
 void tile(PackedView w, const uint16_t* xb, size_t n_in, float* y, size_t ys, int64_t g, const uint8_t* after) {
   const size_t nb = static_cast<size_t>(w.n_blocks);
   __m512 acc[T][2];  // two chains per token for instruction-level parallelism
+  KESTREL_UNROLL
   for (int t = 0; t < T; ++t) acc[t][0] = acc[t][1] = _mm512_setzero_ps();
   for (size_t b = 0; b < nb; ++b) {
     const uint8_t* blk = w.data + (static_cast<size_t>(g) * nb + b) * w.block_bytes;
@@ -24,12 +25,14 @@ void tile(PackedView w, const uint16_t* xb, size_t n_in, float* y, size_t ys, in
     prefetch_block(block_ahead(blk, b, kPrefetchBlocks, nb, w.block_bytes, after), w.block_bytes);
     for (int p = 0; p < 16; ++p) {
       const __m512bh wv = (__m512bh)_mm512_loadu_si512(blk + 64 * p);
+      KESTREL_UNROLL
       for (int t = 0; t < T; ++t) {
         const auto* pair = reinterpret_cast<const int32_t*>(xb + static_cast<size_t>(t) * n_in + 32 * b + 2 * p);
         acc[t][p & 1] = _mm512_dpbf16_ps(acc[t][p & 1], wv, (__m512bh)_mm512_set1_epi32(*pair));
       }
     }
   }
+  KESTREL_UNROLL
   for (int t = 0; t < T; ++t) {
     float* yt = y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16;
     const __m512 rows = _mm512_add_ps(acc[t][0], acc[t][1]);

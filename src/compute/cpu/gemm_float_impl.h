@@ -44,11 +44,13 @@ inline void float_tile(const Weights& w, size_t n_k, const float* x, size_t x_st
     for (int c = 0; c < C; ++c) {
       typename V::type wv[R];
       w(k + c, wv);
+      KESTREL_UNROLL
       for (int t = 0; t < T; ++t) {
         const typename V::type xv = V::set1(x[static_cast<size_t>(t) * x_stride + k + c]);
         for (int r = 0; r < R; ++r) acc[(t * C + c) * R + r] = V::fma(wv[r], xv, acc[(t * C + c) * R + r]);
       }
     }
+  KESTREL_UNROLL
   for (int t = 0; t < T; ++t)
     for (int r = 0; r < R; ++r) {
       typename V::type sum = acc[t * C * R + r];

@@ -6,6 +6,7 @@
 // Compiled with +dotprod and entered only after run-time detection; internal linkage throughout.
 #include <arm_neon.h>
 
+#include "compute/cpu/gemm_driver.h"
 #include "compute/cpu/gemm_prefetch.h"
 #include "compute/cpu/packed_matrix.h"
 
@@ -99,6 +100,7 @@ void tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int6
     } else {
       for (int i = 0; i < 32; ++i) q[i] = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(blk + 32 + 16 * i), vdupq_n_u8(0x80)));
     }
+    KESTREL_UNROLL
     for (int t = 0; t < T; ++t) {
       const BlockQ8A& xb = xq[static_cast<size_t>(t) * nb + b];
       int32x4_t s[4];
@@ -106,6 +108,7 @@ void tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int6
       for (int r = 0; r < 4; ++r) acc[4 * t + r] = vfmaq_f32(acc[4 * t + r], vcvtq_f32_s32(s[r]), vmulq_n_f32(d[r], xb.d));
     }
   }
+  KESTREL_UNROLL
   for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16, acc + 4 * t);
 }
 
@@ -139,6 +142,7 @@ void tile_q4_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
         min[r] = vmulq_f32(min[r], dmin[r]);
       }
       unpack_nibbles(blk + 256 + 256 * j, q);
+      KESTREL_UNROLL
       for (int t = 0; t < T; ++t) {
         const BlockQ8A& xb = xq[static_cast<size_t>(t) * nxb + b * 8 + j];
         int32x4_t s[4];
@@ -151,6 +155,7 @@ void tile_q4_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
       }
     }
   }
+  KESTREL_UNROLL
   for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16, acc + 4 * t);
 }
 
@@ -176,6 +181,7 @@ void tile_q6_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
       }
       unpack_nibbles(blk + 288 + 256 * j, q);
       add_high_bits(blk + 2336 + 128 * j, q);
+      KESTREL_UNROLL
       for (int t = 0; t < T; ++t) {
         const BlockQ8A& xb = xq[static_cast<size_t>(t) * nxb + b * 8 + j];
         int32x4_t s0[4], s1[4];
@@ -192,6 +198,7 @@ void tile_q6_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
       }
     }
   }
+  KESTREL_UNROLL
   for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16, acc + 4 * t);
 }
 
@@ -208,23 +215,9 @@ void any_tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, 
 template <PackedLayout L>
 void gemm(PackedView w, const BlockQ8A* xq, int n_tok, float* y, size_t ys, int64_t group_begin, int64_t group_end) {
   const size_t nb = static_cast<size_t>(w.n_blocks);
-  constexpr size_t kActPerBlock = (L == PackedLayout::Q4_Kx16 || L == PackedLayout::Q6_Kx16) ? 8 : 1;
-  for (int64_t g0 = group_begin; g0 < group_end; g0 += kGroupChunk) {
-    const int64_t g1 = group_end < g0 + kGroupChunk ? group_end : g0 + kGroupChunk;
-    for (int t0 = 0; t0 < n_tok; t0 += kTokens) {
-      const BlockQ8A* x = xq + static_cast<size_t>(t0) * nb * kActPerBlock;
-      float* yt = y + static_cast<size_t>(t0) * ys;
-      for (int64_t g = g0; g < g1; ++g) {
-        const uint8_t* after = g + 1 < group_end ? w.data + static_cast<size_t>(g + 1) * nb * w.block_bytes : w.next;
-        switch (n_tok - t0 < kTokens ? n_tok - t0 : kTokens) {
-          case 1: any_tile<L, 1>(w, x, nb, yt, ys, g, after); break;
-          case 2: any_tile<L, 2>(w, x, nb, yt, ys, g, after); break;
-          case 3: any_tile<L, 3>(w, x, nb, yt, ys, g, after); break;
-          default: any_tile<L, 4>(w, x, nb, yt, ys, g, after); break;
-        }
-      }
-    }
-  }
+  drive_packed_gemm<kTokens, kGroupChunk, activation_blocks_per_block(L)>(
+      w, xq, n_tok, y, ys, group_begin, group_end,
+      [&]<int T>(const BlockQ8A* x, float* yt, int64_t g, const uint8_t* after) { any_tile<L, T>(w, x, nb, yt, ys, g, after); });
 }
 
 }  // namespace

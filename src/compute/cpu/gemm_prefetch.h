@@ -5,6 +5,11 @@
 #include <cstddef>
 #include <cstdint>
 
+// Fully unrolls the loop that follows (the token loops of the register tiles): with the loop left rolled,
+// GCC keeps the accumulator arrays in memory and the tiles run at the store port's pace (measured: the
+// AVX-512 Q4_0 prefill lost 8-10% when a refactor changed its inlining).
+#define KESTREL_UNROLL _Pragma("GCC unroll 16")
+
 namespace kestrel {
 namespace {
 

@@ -214,29 +214,12 @@ void reference(PackedView w, const BlockQ8A* xq, int n_tok, float* y, size_t y_s
 }
 }  // namespace
 
-void packed_gemm_bf16_reference(PackedView w, const uint16_t* xb, int n_tok, float* y, size_t y_stride,
-                                int64_t group_begin, int64_t group_end) {
-  const int64_t nb = w.n_blocks;
-  float weights[32];
-  for (int64_t g = group_begin; g < group_end; ++g)
-    for (int i = 0; i < PackedMatrix::kRows; ++i)
-      for (int t = 0; t < n_tok; ++t) {
-        double sum = 0;
-        for (int64_t b = 0; b < nb; ++b) {
-          unpack_block_row(PackedLayout::BF16x16, w.data + static_cast<size_t>(g * nb + b) * w.block_bytes, i, weights);
-          for (int k = 0; k < 32; ++k)
-            sum += static_cast<double>(weights[k]) * bf16_to_fp32(xb[static_cast<size_t>(t) * nb * 32 + b * 32 + k]);
-        }
-        float& out = y[static_cast<size_t>(t) * y_stride + static_cast<size_t>(g) * PackedMatrix::kRows + i];
-        out = w.accumulate ? out + static_cast<float>(sum) : static_cast<float>(sum);
-      }
-}
-
 namespace {
-// Reference for the Fma16 layouts: decoded weights dotted with the float activations in double.
-template <PackedLayout L>
-void f32_reference(PackedView w, const float* x, int n_tok, float* y, size_t y_stride, int64_t group_begin,
-                   int64_t group_end) {
+// Reference for the float layouts: the decoded weights of layout L dotted in double with activation
+// act(t, i) (input i of token t).
+template <PackedLayout L, typename Act>
+void float_reference(PackedView w, int n_tok, float* y, size_t y_stride, int64_t group_begin, int64_t group_end,
+                     const Act& act) {
   const int64_t nb = w.n_blocks;
   float weights[32];
   for (int64_t g = group_begin; g < group_end; ++g)
@@ -245,13 +228,28 @@ void f32_reference(PackedView w, const float* x, int n_tok, float* y, size_t y_s
         double sum = 0;
         for (int64_t b = 0; b < nb; ++b) {
           unpack_block_row(L, w.data + static_cast<size_t>(g * nb + b) * w.block_bytes, i, weights);
-          for (int k = 0; k < 32; ++k) sum += static_cast<double>(weights[k]) * x[static_cast<size_t>(t * nb + b) * 32 + k];
+          for (int k = 0; k < 32; ++k) sum += static_cast<double>(weights[k]) * act(t, static_cast<size_t>(b * 32 + k));
         }
         float& out = y[static_cast<size_t>(t) * y_stride + static_cast<size_t>(g) * PackedMatrix::kRows + i];
         out = w.accumulate ? out + static_cast<float>(sum) : static_cast<float>(sum);
       }
 }
+
+template <PackedLayout L>
+void f32_reference(PackedView w, const float* x, int n_tok, float* y, size_t y_stride, int64_t group_begin,
+                   int64_t group_end) {
+  const size_t n_in = static_cast<size_t>(w.n_blocks) * 32;
+  float_reference<L>(w, n_tok, y, y_stride, group_begin, group_end,
+                     [&](int t, size_t i) { return x[static_cast<size_t>(t) * n_in + i]; });
+}
 }  // namespace
+
+void packed_gemm_bf16_reference(PackedView w, const uint16_t* xb, int n_tok, float* y, size_t y_stride,
+                                int64_t group_begin, int64_t group_end) {
+  const size_t n_in = static_cast<size_t>(w.n_blocks) * 32;
+  float_reference<PackedLayout::BF16x16>(w, n_tok, y, y_stride, group_begin, group_end,
+                                         [&](int t, size_t i) { return bf16_to_fp32(xb[static_cast<size_t>(t) * n_in + i]); });
+}
 
 PackedGemmF32Fn packed_gemm_f32_reference(PackedLayout layout) {
   switch (layout) {

@@ -1,0 +1,49 @@
+// The loop every packed integer GEMM kernel shares: row groups in chunks whose weights stay in cache while
+// the token tiles pass, and per group the bytes the thread streams next (for the kernels' prefetch).
+// Included by the ISA files; plain C++ with internal linkage.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "compute/cpu/packed_matrix.h"
+
+namespace kestrel {
+namespace {
+
+// Calls f.template operator()<T>() with T = min(n, kMax), n >= 1: kernels are instantiated per tile size.
+template <int kMax, typename F>
+inline void with_tile_tokens(int n, F&& f) {
+  if constexpr (kMax > 1) {
+    if (n < kMax) return with_tile_tokens<kMax - 1>(n, f);
+  }
+  f.template operator()<kMax>();
+}
+
+// y[t, rows of groups [group_begin, group_end)] for t < n_tok, in tiles of up to kTokens tokens:
+// tile.template operator()<T>(x, y_tile, g, after) computes group g for the T tokens whose activation blocks
+// start at x (kActPerBlock 32-input blocks per weight block) and outputs at y_tile; `after` is what the
+// thread streams once group g is done (the next group, or the caller's PackedView::next).
+template <int kTokens, int64_t kGroupChunk, size_t kActPerBlock, typename Tile>
+inline void drive_packed_gemm(const PackedView& w, const BlockQ8A* xq, int n_tok, float* y, size_t ys, int64_t group_begin,
+                              int64_t group_end, const Tile& tile) {
+  const size_t nb = static_cast<size_t>(w.n_blocks);
+  for (int64_t g0 = group_begin; g0 < group_end; g0 += kGroupChunk) {
+    const int64_t g1 = group_end < g0 + kGroupChunk ? group_end : g0 + kGroupChunk;
+    for (int t0 = 0; t0 < n_tok; t0 += kTokens) {
+      const BlockQ8A* x = xq + static_cast<size_t>(t0) * nb * kActPerBlock;
+      float* yt = y + static_cast<size_t>(t0) * ys;
+      for (int64_t g = g0; g < g1; ++g) {
+        const uint8_t* after = g + 1 < group_end ? w.data + static_cast<size_t>(g + 1) * nb * w.block_bytes : w.next;
+        with_tile_tokens<kTokens>(n_tok - t0, [&]<int T>() { tile.template operator()<T>(x, yt, g, after); });
+      }
+    }
+  }
+}
+
+// Weight blocks of the K-quant layouts hold 256 inputs: 8 activation blocks each.
+constexpr size_t activation_blocks_per_block(PackedLayout l) {
+  return l == PackedLayout::Q4_Kx16 || l == PackedLayout::Q6_Kx16 ? 8 : 1;
+}
+
+}  // namespace
+}  // namespace kestrel
