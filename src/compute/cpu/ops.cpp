@@ -171,10 +171,6 @@ void kv_store(const KvLayerView& kv, const AttentionRows& rows, const KvWrite& w
 
 namespace kestrel {
 
-void silu_mul_reference(float* gate, const float* up, size_t n) {
-  for (size_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
-}
-
 #if !defined(KESTREL_HAVE_X86_KERNELS)
 SiluMulFn silu_mul_kernel_avx2() { return nullptr; }
 SiluMulFn silu_mul_kernel_avx512() { return nullptr; }

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "compute/cpu/elementwise.h"
 #include "quant/quantize.h"
 
 namespace kestrel::ref {
@@ -80,3 +81,11 @@ void rope(float* x, std::span<const int32_t> positions, int n_heads, int head_di
 }
 
 }  // namespace kestrel::ref
+
+namespace kestrel {
+
+void silu_mul_reference(float* gate, const float* up, size_t n) {
+  for (size_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+}  // namespace kestrel
