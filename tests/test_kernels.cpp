@@ -196,7 +196,7 @@ TEST(Kernels, PackedFloatGemmMatchesReferenceOnEveryIsa) {
     ASSERT_TRUE(packed.has_value());
     ASSERT_EQ(packed->layout, type == DType::F16 ? PackedLayout::F16Fma16 : PackedLayout::BF16Fma16);
     const PackedGemmF32Fn reference = packed_gemm_f32_reference(packed->layout);
-    for (int n_tok : {1, 2, 6, 7, 13, 40}) {
+    for (int n_tok : {1, 2, 6, 7, 13, 40, 100}) {  // 100: more than one token block of the prefill loop
       const auto x = random_vector(n_in * static_cast<size_t>(n_tok), 93 + static_cast<uint32_t>(n_tok));
       std::vector<float> want(n_out * n_tok);
       reference(packed->view(), x.data(), n_tok, want.data(), n_out, 0, packed->n_groups());

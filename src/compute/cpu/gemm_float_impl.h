@@ -23,6 +23,7 @@ constexpr int kFloatTileTokens = 6;          // tokens per register tile
 constexpr int64_t kFloatGroupChunk = 4;      // row groups widened together (prefill)
 constexpr size_t kFloatChunkInputs = 256;    // inputs widened together: 4 x 16 rows x 256 x 4 bytes = 64 KB
 constexpr size_t kFloatPrefetchBlocks = 4;   // how far ahead weights are prefetched (1 KB blocks)
+constexpr int kFloatBlockTokens = 16 * kFloatTileTokens;  // tokens whose chunk of activations stays in L2
 
 template <class V, bool kBf16>
 inline typename V::type widen(const uint8_t* p) {
@@ -108,13 +109,18 @@ void float_gemm_widened(PackedView w, const float* x, int n_tok, float* y, size_
           for (int r = 0; r < R; ++r) V::store(widened[g][k] + V::W * r, widen<V, kBf16>(src + 32 * k + 2 * V::W * r));
       }
       const bool add = w.accumulate || i0 > 0;
-      for (int64_t g = 0; g < n_groups; ++g) {
-        const auto weights = [&](size_t k, typename V::type* out) {
-          for (int r = 0; r < R; ++r) out[r] = V::load(widened[g][k] + V::W * r);
-        };
-        for (int t0 = 0; t0 < n_tok; t0 += kFloatTileTokens)
-          any_float_tile<V>(n_tok - t0, weights, n_k, x + static_cast<size_t>(t0) * n_in + i0, n_in,
-                            y + static_cast<size_t>(t0) * ys + static_cast<size_t>(g0 + g) * 16, ys, add);
+      // Token blocks whose activations (96 x 1 KB) stay in L2 while each group's widened weights (16 KB,
+      // in L1) meet every tile of the block.
+      for (int b0 = 0; b0 < n_tok; b0 += kFloatBlockTokens) {
+        const int b1 = n_tok - b0 < kFloatBlockTokens ? n_tok : b0 + kFloatBlockTokens;
+        for (int64_t g = 0; g < n_groups; ++g) {
+          const auto weights = [&](size_t k, typename V::type* out) {
+            for (int r = 0; r < R; ++r) out[r] = V::load(widened[g][k] + V::W * r);
+          };
+          for (int t0 = b0; t0 < b1; t0 += kFloatTileTokens)
+            any_float_tile<V>(b1 - t0, weights, n_k, x + static_cast<size_t>(t0) * n_in + i0, n_in,
+                              y + static_cast<size_t>(t0) * ys + static_cast<size_t>(g0 + g) * 16, ys, add);
+        }
       }
     }
   }
