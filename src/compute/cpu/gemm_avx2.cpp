@@ -13,8 +13,6 @@
 namespace kestrel {
 namespace {
 
-constexpr int kTokens = 4;
-constexpr int64_t kGroupChunk = 4;  // row groups whose weights stay in cache while token tiles pass
 constexpr size_t kPrefetchBlocks = 6;         // how far ahead weights are prefetched (several tokens)
 constexpr size_t kPrefetchBlocksDecode = 12;  // ... and for one token, whose blocks go by faster
 constexpr size_t kPrefetchSuperBlocks = 2;
@@ -180,35 +178,25 @@ void half_tile_q6_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_
   for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16 + 8 * half, acc[t]);
 }
 
-template <PackedLayout L, int T>
-void any_half_tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, int half, const uint8_t* after) {
-  if constexpr (L == PackedLayout::Q4_Kx16)
-    half_tile_q4_k<T>(w, xq, nb, y, ys, g, half, after);
-  else if constexpr (L == PackedLayout::Q6_Kx16)
-    half_tile_q6_k<T>(w, xq, nb, y, ys, g, half, after);
-  else
-    half_tile<L, T>(w, xq, nb, y, ys, g, half, after);
-}
-
-template <PackedLayout L>
-void gemm(PackedView w, const BlockQ8A* xq, int n_tok, float* y, size_t ys, int64_t group_begin, int64_t group_end) {
-  const size_t nb = static_cast<size_t>(w.n_blocks);
-  drive_packed_gemm<kTokens, kGroupChunk, activation_blocks_per_block(L)>(
-      w, xq, n_tok, y, ys, group_begin, group_end, [&]<int T>(const BlockQ8A* x, float* yt, int64_t g, const uint8_t* after) {
-        for (int half = 0; half < 2; ++half) any_half_tile<L, T>(w, x, nb, yt, ys, g, half, after);
-      });
-}
+// The tiles of each layout, for the shared driver (gemm_driver.h).
+struct Avx2Tiles {
+  static constexpr int kTokens = 4;  // tokens per register tile
+  static constexpr int64_t kGroupChunk = 4;  // row groups whose weights stay in cache while token tiles pass
+  template <PackedLayout L, int T>
+  static void tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, const uint8_t* after) {
+    for (int half = 0; half < 2; ++half) {  // rows 0..7, then 8..15
+      if constexpr (L == PackedLayout::Q4_Kx16)
+        half_tile_q4_k<T>(w, xq, nb, y, ys, g, half, after);
+      else if constexpr (L == PackedLayout::Q6_Kx16)
+        half_tile_q6_k<T>(w, xq, nb, y, ys, g, half, after);
+      else
+        half_tile<L, T>(w, xq, nb, y, ys, g, half, after);
+    }
+  }
+};
 
 }  // namespace
 
-PackedGemmFn packed_gemm_kernel_avx2(PackedLayout layout) {
-  switch (layout) {
-    case PackedLayout::Q4_0x16: return gemm<PackedLayout::Q4_0x16>;
-    case PackedLayout::Q8_0x16: return gemm<PackedLayout::Q8_0x16>;
-    case PackedLayout::Q4_Kx16: return gemm<PackedLayout::Q4_Kx16>;
-    case PackedLayout::Q6_Kx16: return gemm<PackedLayout::Q6_Kx16>;
-    default: return nullptr;  // the float layouts have their own kernels
-  }
-}
+PackedGemmFn packed_gemm_kernel_avx2(PackedLayout layout) { return packed_gemm_table<Avx2Tiles>(layout); }
 
 }  // namespace kestrel

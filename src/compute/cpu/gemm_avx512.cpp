@@ -10,8 +10,6 @@
 namespace kestrel {
 namespace {
 
-constexpr int kTokens = 8;       // tokens per register tile
-constexpr int64_t kGroupChunk = 4;  // row groups whose weights stay in cache while token tiles pass
 constexpr size_t kPrefetchBlocks = 6;         // how far ahead weights are prefetched (several tokens)
 constexpr size_t kPrefetchBlocksDecode = 16;  // ... and for one token, whose blocks go by faster
 
@@ -21,7 +19,7 @@ inline void store_rows(const PackedView& w, float* y, __m512 rows) {
 }
 
 template <PackedLayout L, int T>
-void tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, const uint8_t* after) {
+void tile_32(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, const uint8_t* after) {
   constexpr int kOffset = L == PackedLayout::Q4_0x16 ? 8 : 128;  // stored value minus this = quantized weight
   const __m512i m4 = _mm512_set1_epi8(0xF);
   __m512 acc[T];
@@ -174,35 +172,23 @@ void tile_q6_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
   for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16, acc[t]);
 }
 
-template <PackedLayout L, int T>
-void any_tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, const uint8_t* after) {
-  if constexpr (L == PackedLayout::Q4_Kx16)
-    tile_q4_k<T>(w, xq, nb, y, ys, g, after);
-  else if constexpr (L == PackedLayout::Q6_Kx16)
-    tile_q6_k<T>(w, xq, nb, y, ys, g, after);
-  else
-    tile<L, T>(w, xq, nb, y, ys, g, after);
-}
-
-template <PackedLayout L>
-void gemm(PackedView w, const BlockQ8A* xq, int n_tok, float* y, size_t ys, int64_t group_begin, int64_t group_end) {
-  const size_t nb = static_cast<size_t>(w.n_blocks);
-  drive_packed_gemm<kTokens, kGroupChunk, activation_blocks_per_block(L)>(
-      w, xq, n_tok, y, ys, group_begin, group_end,
-      [&]<int T>(const BlockQ8A* x, float* yt, int64_t g, const uint8_t* after) { any_tile<L, T>(w, x, nb, yt, ys, g, after); });
-}
+// The tiles of each layout, for the shared driver (gemm_driver.h).
+struct Avx512Tiles {
+  static constexpr int kTokens = 8;  // tokens per register tile
+  static constexpr int64_t kGroupChunk = 4;  // row groups whose weights stay in cache while token tiles pass
+  template <PackedLayout L, int T>
+  static void tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, const uint8_t* after) {
+    if constexpr (L == PackedLayout::Q4_Kx16)
+      tile_q4_k<T>(w, xq, nb, y, ys, g, after);
+    else if constexpr (L == PackedLayout::Q6_Kx16)
+      tile_q6_k<T>(w, xq, nb, y, ys, g, after);
+    else
+      tile_32<L, T>(w, xq, nb, y, ys, g, after);
+  }
+};
 
 }  // namespace
 
-PackedGemmFn packed_gemm_kernel_avx512(PackedLayout layout) {
-  switch (layout) {
-    case PackedLayout::Q4_0x16: return gemm<PackedLayout::Q4_0x16>;
-    case PackedLayout::Q8_0x16: return gemm<PackedLayout::Q8_0x16>;
-    case PackedLayout::Q4_Kx16: return gemm<PackedLayout::Q4_Kx16>;
-    case PackedLayout::Q6_Kx16: return gemm<PackedLayout::Q6_Kx16>;
-    default: return nullptr;  // the float layouts have their own kernels
-  }
-  return nullptr;
-}
+PackedGemmFn packed_gemm_kernel_avx512(PackedLayout layout) { return packed_gemm_table<Avx512Tiles>(layout); }
 
 }  // namespace kestrel

@@ -45,5 +45,29 @@ constexpr size_t activation_blocks_per_block(PackedLayout l) {
   return l == PackedLayout::Q4_Kx16 || l == PackedLayout::Q6_Kx16 ? 8 : 1;
 }
 
+// An ISA's packed GEMM of layout L from its tile kernels: Tiles::kTokens, Tiles::kGroupChunk, and
+// Tiles::template tile<L, T>(w, x, nb, y, ys, g, after) for group g and T tokens (see drive_packed_gemm).
+template <class Tiles, PackedLayout L>
+void packed_gemm(PackedView w, const BlockQ8A* xq, int n_tok, float* y, size_t ys, int64_t group_begin,
+                 int64_t group_end) {
+  const size_t nb = static_cast<size_t>(w.n_blocks);
+  drive_packed_gemm<Tiles::kTokens, Tiles::kGroupChunk, activation_blocks_per_block(L)>(
+      w, xq, n_tok, y, ys, group_begin, group_end, [&]<int T>(const BlockQ8A* x, float* yt, int64_t g, const uint8_t* after) {
+        Tiles::template tile<L, T>(w, x, nb, yt, ys, g, after);
+      });
+}
+
+// The integer layouts' GEMMs of one ISA (nullptr for the float layouts, which have their own kernels).
+template <class Tiles>
+PackedGemmFn packed_gemm_table(PackedLayout layout) {
+  switch (layout) {
+    case PackedLayout::Q4_0x16: return packed_gemm<Tiles, PackedLayout::Q4_0x16>;
+    case PackedLayout::Q8_0x16: return packed_gemm<Tiles, PackedLayout::Q8_0x16>;
+    case PackedLayout::Q4_Kx16: return packed_gemm<Tiles, PackedLayout::Q4_Kx16>;
+    case PackedLayout::Q6_Kx16: return packed_gemm<Tiles, PackedLayout::Q6_Kx16>;
+    default: return nullptr;
+  }
+}
+
 }  // namespace
 }  // namespace kestrel

@@ -13,8 +13,6 @@
 namespace kestrel {
 namespace {
 
-constexpr int kTokens = 4;
-constexpr int64_t kGroupChunk = 4;  // row groups whose weights stay in cache while token tiles pass
 constexpr size_t kPrefetchBlocks = 8;
 
 // q[4k + r]: inputs 4k..4k+3 of rows 4r..4r+3, for the 8 input groups of a 32-input block.
@@ -86,7 +84,7 @@ inline void store_rows(const PackedView& w, float* y, const float32x4_t* rows) {
 
 // Q4_0 / Q8_0: one scale per row and block.
 template <PackedLayout L, int T>
-void tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, const uint8_t* after) {
+void tile_32(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, const uint8_t* after) {
   float32x4_t acc[4 * T];
   for (int i = 0; i < 4 * T; ++i) acc[i] = vdupq_n_f32(0);
   BlockBytes q;
@@ -202,34 +200,23 @@ void tile_q6_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
   for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16, acc + 4 * t);
 }
 
-template <PackedLayout L, int T>
-void any_tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, const uint8_t* after) {
-  if constexpr (L == PackedLayout::Q4_Kx16)
-    tile_q4_k<T>(w, xq, nb, y, ys, g, after);
-  else if constexpr (L == PackedLayout::Q6_Kx16)
-    tile_q6_k<T>(w, xq, nb, y, ys, g, after);
-  else
-    tile<L, T>(w, xq, nb, y, ys, g, after);
-}
-
-template <PackedLayout L>
-void gemm(PackedView w, const BlockQ8A* xq, int n_tok, float* y, size_t ys, int64_t group_begin, int64_t group_end) {
-  const size_t nb = static_cast<size_t>(w.n_blocks);
-  drive_packed_gemm<kTokens, kGroupChunk, activation_blocks_per_block(L)>(
-      w, xq, n_tok, y, ys, group_begin, group_end,
-      [&]<int T>(const BlockQ8A* x, float* yt, int64_t g, const uint8_t* after) { any_tile<L, T>(w, x, nb, yt, ys, g, after); });
-}
+// The tiles of each layout, for the shared driver (gemm_driver.h).
+struct NeonTiles {
+  static constexpr int kTokens = 4;  // tokens per register tile
+  static constexpr int64_t kGroupChunk = 4;  // row groups whose weights stay in cache while token tiles pass
+  template <PackedLayout L, int T>
+  static void tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, const uint8_t* after) {
+    if constexpr (L == PackedLayout::Q4_Kx16)
+      tile_q4_k<T>(w, xq, nb, y, ys, g, after);
+    else if constexpr (L == PackedLayout::Q6_Kx16)
+      tile_q6_k<T>(w, xq, nb, y, ys, g, after);
+    else
+      tile_32<L, T>(w, xq, nb, y, ys, g, after);
+  }
+};
 
 }  // namespace
 
-PackedGemmFn packed_gemm_kernel_neon(PackedLayout layout) {
-  switch (layout) {
-    case PackedLayout::Q4_0x16: return gemm<PackedLayout::Q4_0x16>;
-    case PackedLayout::Q8_0x16: return gemm<PackedLayout::Q8_0x16>;
-    case PackedLayout::Q4_Kx16: return gemm<PackedLayout::Q4_Kx16>;
-    case PackedLayout::Q6_Kx16: return gemm<PackedLayout::Q6_Kx16>;
-    default: return nullptr;  // the float layouts: packed_gemm_f32_kernel_neon
-  }
-}
+PackedGemmFn packed_gemm_kernel_neon(PackedLayout layout) { return packed_gemm_table<NeonTiles>(layout); }
 
 }  // namespace kestrel
