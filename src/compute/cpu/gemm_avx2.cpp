@@ -41,9 +41,11 @@ void half_tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
   __m256 acc[T];
   KESTREL_UNROLL
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  const uint8_t* group = w.data + static_cast<size_t>(g) * nb * w.block_bytes;
   for (size_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = w.data + (static_cast<size_t>(g) * static_cast<size_t>(w.n_blocks) + b) * w.block_bytes;
-    if (half == 0) prefetch_block(block_ahead(blk, b, T > 1 ? kPrefetchBlocks : kPrefetchBlocksDecode, nb, w.block_bytes, after), w.block_bytes);
+    const uint8_t* blk = group + b * w.block_bytes;
+    const StreamHalf ahead = two_pass_ahead(group, half, b, T > 1 ? kPrefetchBlocks : kPrefetchBlocksDecode, nb, w.block_bytes, after);
+    prefetch_block_part(ahead.block, w.block_bytes, ahead.half, 2);
     const __m256 d = load_8_halves(blk + 16 * half);
     __m256i q[8];  // inputs 4k..4k+3 of the 8 rows: u8 (Q4_0) or signed (Q8_0)
     if constexpr (L == PackedLayout::Q4_0x16) {
@@ -103,14 +105,15 @@ void half_tile_q4_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_
   __m256 acc[T];
   KESTREL_UNROLL
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  const uint8_t* group = w.data + static_cast<size_t>(g) * nb * w.block_bytes;
   for (size_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = w.data + (static_cast<size_t>(g) * nb + b) * w.block_bytes;
-    const uint8_t* ahead = half == 0 ? block_ahead(blk, b, kPrefetchSuperBlocks, nb, w.block_bytes, after) : nullptr;
+    const uint8_t* blk = group + b * w.block_bytes;
+    const StreamHalf ahead = two_pass_ahead(group, half, b, kPrefetchSuperBlocks, nb, w.block_bytes, after);
     alignas(32) uint8_t scales_mins[2][8][8];  // [scale | min][sub-block][row]
     q4_k_scales_mins_x8(blk + 64, half, scales_mins);
     const __m256 d = load_8_halves(blk + 16 * half), dmin = load_8_halves(blk + 32 + 16 * half);
     for (int j = 0; j < 8; ++j) {
-      prefetch_superblock_part(ahead, w.block_bytes, j);
+      prefetch_block_part(ahead.block, w.block_bytes, 8 * ahead.half + j, 16);
       const __m256 scale = _mm256_mul_ps(d, u8x8_to_ps(scales_mins[0][j]));
       const __m256 min = _mm256_mul_ps(dmin, u8x8_to_ps(scales_mins[1][j]));
       __m256i q[8];
@@ -142,12 +145,13 @@ void half_tile_q6_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_
   __m256 acc[T];
   KESTREL_UNROLL
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  const uint8_t* group = w.data + static_cast<size_t>(g) * nb * w.block_bytes;
   for (size_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = w.data + (static_cast<size_t>(g) * nb + b) * w.block_bytes;
-    const uint8_t* ahead = half == 0 ? block_ahead(blk, b, kPrefetchSuperBlocks, nb, w.block_bytes, after) : nullptr;
+    const uint8_t* blk = group + b * w.block_bytes;
+    const StreamHalf ahead = two_pass_ahead(group, half, b, kPrefetchSuperBlocks, nb, w.block_bytes, after);
     const __m256 d = load_8_halves(blk + 16 * half);
     for (int j = 0; j < 8; ++j) {
-      prefetch_superblock_part(ahead, w.block_bytes, j);
+      prefetch_block_part(ahead.block, w.block_bytes, 8 * ahead.half + j, 16);
       const __m256 sc0 = _mm256_mul_ps(d, i8x8_to_ps(blk + 32 + 32 * j + 8 * half));  // inputs 0..15
       const __m256 sc1 = _mm256_mul_ps(d, i8x8_to_ps(blk + 48 + 32 * j + 8 * half));  // inputs 16..31
       const __m256i hi0 = load256(blk + 2336 + 128 * j + 32 * half), hi1 = load256(blk + 2336 + 128 * j + 64 + 32 * half);
