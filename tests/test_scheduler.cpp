@@ -2,6 +2,7 @@
 // computed, preemption and resume, aging, copy-on-write forks, and the static/dynamic batch policies.
 #include <numeric>
 
+#include "engine/forward_batch.h"
 #include "engine/scheduler.h"
 #include "test_support.h"
 
@@ -21,39 +22,40 @@ Sequence make_seq(int64_t id, int32_t n_prompt, int32_t first_token = 100, doubl
 void run(Scheduler& s, const StepPlan& plan, int32_t token = 7) {
   s.commit(plan);
   for (const ScheduledChunk& c : plan.chunks)
-    if (c.samples) s.append_token(c.seq_id, token);
+    if (c.samples()) s.append_token(c.seq_id, token);
 }
 
 std::vector<std::pair<int64_t, int32_t>> chunks(const StepPlan& plan) {
   std::vector<std::pair<int64_t, int32_t>> out;
-  for (const ScheduledChunk& c : plan.chunks) out.emplace_back(c.seq_id, c.n_tokens);
+  for (const ScheduledChunk& c : plan.chunks) out.emplace_back(c.seq_id, c.n_tokens());
   return out;
 }
 
 using Chunks = std::vector<std::pair<int64_t, int32_t>>;
 
 TEST(Scheduler, ChunkedPrefillRunsBesideDecodes) {
-  BlockPool pool(32);
+  KvManager kv(32, 16, false);
+  const BlockPool& pool = kv.pool();
   SchedulerConfig config;
   config.max_batch_tokens = 32;
-  Scheduler s(pool, nullptr, config);
+  Scheduler s(kv, config);
   s.add(make_seq(1, 10));
   StepPlan p = s.schedule(0);
   EXPECT_EQ(chunks(p), (Chunks{{1, 10}}));
-  EXPECT_TRUE(p.chunks[0].samples);
+  EXPECT_TRUE(p.chunks[0].samples());
   run(s, p);
   s.add(make_seq(2, 70));
   // The decode goes first; the long prompt takes the rest of the budget, chunk by chunk.
   p = s.schedule(0);
   EXPECT_EQ(chunks(p), (Chunks{{1, 1}, {2, 31}}));
-  EXPECT_FALSE(p.chunks[1].samples);
+  EXPECT_FALSE(p.chunks[1].samples());
   run(s, p);
   p = s.schedule(0);
   EXPECT_EQ(chunks(p), (Chunks{{1, 1}, {2, 31}}));
   run(s, p);
   p = s.schedule(0);
   EXPECT_EQ(chunks(p), (Chunks{{1, 1}, {2, 8}}));
-  EXPECT_TRUE(p.chunks[1].samples);
+  EXPECT_TRUE(p.chunks[1].samples());
   EXPECT_EQ(p.chunks[1].start, 62);
   run(s, p);
   EXPECT_EQ(s.find(2)->n_computed, 70);
@@ -63,10 +65,45 @@ TEST(Scheduler, ChunkedPrefillRunsBesideDecodes) {
   EXPECT_EQ(pool.n_free(), 32);
 }
 
+TEST(Scheduler, PlansCarryTheirTokensPositionsAndPages) {
+  KvManager kv(16, 4, false);
+  SchedulerConfig config;
+  config.block_size = 4;
+  Scheduler s(kv, config);
+  s.add(make_seq(1, 6));
+  s.add(make_seq(2, 3, 500));
+  StepPlan p = s.schedule(0);
+  ASSERT_EQ(p.chunks.size(), 2u);
+  EXPECT_EQ(p.chunks[0].tokens, (std::vector<int32_t>{100, 101, 102, 103, 104, 105}));
+  EXPECT_EQ(p.chunks[0].pages, (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(p.chunks[1].tokens, (std::vector<int32_t>{500, 501, 502}));
+  EXPECT_EQ(p.chunks[1].pages, (std::vector<int32_t>{2}));
+  EXPECT_EQ(p.n_logits(), 2);
+  // The model's input comes from the plan alone.
+  const ForwardBatch batch = make_forward_batch(p.chunks);
+  EXPECT_EQ(batch.tokens, (std::vector<int32_t>{100, 101, 102, 103, 104, 105, 500, 501, 502}));
+  EXPECT_EQ(batch.positions, (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 0, 1, 2}));
+  EXPECT_EQ(batch.logits_rows, (std::vector<int32_t>{5, 8}));
+  for (int t = 0; t < batch.n_tokens(); ++t)
+    EXPECT_EQ(batch.block_tables[static_cast<size_t>(t)], p.chunks[t < 6 ? 0 : 1].pages.data());
+  run(s, p, 9);
+  p = s.schedule(0);  // decodes: the sampled token at the next position, over pages grown for it
+  ASSERT_EQ(p.chunks.size(), 2u);
+  EXPECT_EQ(p.chunks[0].start, 6);
+  EXPECT_EQ(p.chunks[0].tokens, (std::vector<int32_t>{9}));
+  EXPECT_EQ(p.chunks[0].pages, (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(p.chunks[1].start, 3);
+  EXPECT_EQ(p.chunks[1].pages, (std::vector<int32_t>{2}));
+  run(s, p);
+  s.finish(1);
+  s.finish(2);
+  EXPECT_EQ(kv.pool().n_free(), 16);
+}
+
 TEST(Scheduler, SharedPromptIsComputedOnceAndOthersWaitForIt) {
-  BlockPool pool(64);
-  PrefixCache cache(pool, 16);
-  Scheduler s(pool, &cache, SchedulerConfig{});
+  KvManager kv(64, 16, true);
+  const BlockPool& pool = kv.pool();
+  Scheduler s(kv, SchedulerConfig{});
   // Three requests with a 64-token common prefix and 8 unique tokens each, arriving together.
   for (int64_t id = 1; id <= 3; ++id) {
     Sequence seq = make_seq(id, 64);
@@ -80,8 +117,8 @@ TEST(Scheduler, SharedPromptIsComputedOnceAndOthersWaitForIt) {
   p = s.schedule(0);
   EXPECT_EQ(chunks(p), (Chunks{{1, 1}, {2, 8}, {3, 8}}));
   EXPECT_EQ(s.find(2)->n_cached_prompt, 64);
-  EXPECT_EQ(s.find(2)->table.ids(), (std::vector<int32_t>{0, 1, 2, 3, 5}));
-  EXPECT_EQ(s.find(3)->table.ids(), (std::vector<int32_t>{0, 1, 2, 3, 6}));
+  EXPECT_EQ(kv.pages(2), (std::vector<int32_t>{0, 1, 2, 3, 5}));
+  EXPECT_EQ(kv.pages(3), (std::vector<int32_t>{0, 1, 2, 3, 6}));
   for (int32_t b : {0, 1, 2, 3}) EXPECT_EQ(pool.ref_count(b), 3);
   run(s, p);
   for (int64_t id = 1; id <= 3; ++id) s.finish(id);
@@ -92,10 +129,11 @@ TEST(Scheduler, SharedPromptIsComputedOnceAndOthersWaitForIt) {
 }
 
 TEST(Scheduler, PreemptsNewestWhenBlocksRunOutAndResumesWithTheSameTokens) {
-  BlockPool pool(6);  // 24 tokens of 4-token pages
+  KvManager kv(6, 4, false);  // 24 tokens of 4-token pages
+  const BlockPool& pool = kv.pool();
   SchedulerConfig config;
   config.block_size = 4;
-  Scheduler s(pool, nullptr, config);
+  Scheduler s(kv, config);
   s.add(make_seq(1, 8));
   s.add(make_seq(2, 8, 500));
   StepPlan p = s.schedule(0);
@@ -119,20 +157,19 @@ TEST(Scheduler, PreemptsNewestWhenBlocksRunOutAndResumesWithTheSameTokens) {
   s.finish(1);
   p = s.schedule(0);  // recomputed from the start, then it samples its next token
   EXPECT_EQ(chunks(p), (Chunks{{2, 13}}));
-  EXPECT_TRUE(p.chunks[0].samples);
+  EXPECT_TRUE(p.chunks[0].samples());
   run(s, p);
   s.finish(2);
   EXPECT_EQ(pool.n_free(), 6);
 }
 
 TEST(Scheduler, CacheFriendlyOrderAgesSoNothingStarves) {
-  BlockPool pool(64);
-  PrefixCache cache(pool, 4);
+  KvManager kv(64, 4, true);
   SchedulerConfig config;
   config.block_size = 4;
   config.max_running = 1;
   config.max_skips = 2;
-  Scheduler s(pool, &cache, config);
+  Scheduler s(kv, config);
   s.add(make_seq(1, 8));
   run(s, s.schedule(0));
   s.finish(1);  // its 8 tokens stay cached
@@ -152,14 +189,15 @@ TEST(Scheduler, CacheFriendlyOrderAgesSoNothingStarves) {
 }
 
 TEST(Scheduler, ForksShareBlocksAndCopyTheOneTheyWrite) {
-  BlockPool pool(8);
+  KvManager kv(8, 4, false);
+  const BlockPool& pool = kv.pool();
   SchedulerConfig config;
   config.block_size = 4;
-  Scheduler s(pool, nullptr, config);
+  Scheduler s(kv, config);
   s.add(make_seq(1, 6));
   run(s, s.schedule(0));
   ASSERT_NE(s.fork(1, 2), nullptr);
-  EXPECT_EQ(s.find(2)->table.ids(), (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(kv.pages(2), (std::vector<int32_t>{0, 1}));
   EXPECT_EQ(pool.ref_count(0), 2);
   EXPECT_EQ(pool.ref_count(1), 2);
   s.append_token(2, 9);
@@ -168,8 +206,8 @@ TEST(Scheduler, ForksShareBlocksAndCopyTheOneTheyWrite) {
   ASSERT_EQ(p.copies.size(), 1u);
   EXPECT_EQ(p.copies[0].src, 1);
   EXPECT_EQ(p.copies[0].dst, 2);
-  EXPECT_EQ(s.find(1)->table.ids(), (std::vector<int32_t>{0, 2}));
-  EXPECT_EQ(s.find(2)->table.ids(), (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(kv.pages(1), (std::vector<int32_t>{0, 2}));
+  EXPECT_EQ(kv.pages(2), (std::vector<int32_t>{0, 1}));
   EXPECT_EQ(pool.ref_count(0), 2);
   EXPECT_EQ(pool.ref_count(1), 1);
   s.commit(p);
@@ -180,12 +218,12 @@ TEST(Scheduler, ForksShareBlocksAndCopyTheOneTheyWrite) {
 
 TEST(Scheduler, StaticAndDynamicBatchesRunToCompletion) {
   for (BatchPolicy policy : {BatchPolicy::Static, BatchPolicy::Dynamic}) {
-    BlockPool pool(64);
+    KvManager kv(64, 16, false);
     SchedulerConfig config;
     config.policy = policy;
     config.batch_size = 2;
     config.batch_wait_ms = 50;
-    Scheduler s(pool, nullptr, config);
+    Scheduler s(kv, config);
     s.add(make_seq(1, 4, 100, 0));
     EXPECT_TRUE(s.schedule(10).empty());  // waits for a second request
     s.add(make_seq(2, 4, 100, 20));

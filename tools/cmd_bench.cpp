@@ -13,7 +13,8 @@
 #include "common.h"
 #include "compute/cpu/isa.h"
 #include "core/timer.h"
-#include "kv/block_pool.h"
+#include "engine/model_runner.h"
+#include "kv/kv_manager.h"
 
 namespace kestrel::cli {
 namespace {
@@ -37,50 +38,48 @@ struct BenchArgs {
 // Several sequences sharing one KV page pool; each step runs one forward over all of them.
 class BenchSequences {
  public:
-  BenchSequences(const Model& model, int n_seqs, int n_ctx, int block_size, KvType kv_type)
-      : model_(model),
-        block_size_(block_size),
-        pool_(n_seqs * ((n_ctx + block_size - 1) / block_size)),
-        kv_(model.kv_spec(pool_.n_blocks(), block_size, kv_type)),
-        tables_(static_cast<size_t>(n_seqs)),
+  BenchSequences(const Model& model, ThreadPool& pool, int n_seqs, int n_ctx, int block_size, KvType kv_type)
+      : pages_(n_seqs * ((n_ctx + block_size - 1) / block_size), block_size, false),
+        kv_(model.kv_spec(pages_.pool().n_blocks(), block_size, kv_type)),
+        runner_(model, pool, kv_),
         n_past_(static_cast<size_t>(n_seqs), 0) {}
 
   // Appends tokens[s] to sequence s for every s, in one forward (micro-batched by ubatch); logits of the
-  // last token of each sequence only.
-  void step(ThreadPool& pool, const std::vector<std::vector<int32_t>>& tokens, int ubatch) {
-    ForwardBatch batch;
-    auto flush = [&] {
-      if (batch.tokens.empty()) return;
-      logits_.resize(batch.logits_rows.size() * static_cast<size_t>(model_.hparams().n_vocab));
-      model_.forward(pool, batch, kv_, logits_.data(), workspace_);
-      batch = ForwardBatch{};
+  // last token of each sequence, and of each micro-batch's last token (a forward always makes some).
+  void step(const std::vector<std::vector<int32_t>>& tokens, int ubatch) {
+    StepPlan plan;
+    int n_planned = 0;
+    const auto flush = [&] {
+      if (!plan.empty()) runner_.run(plan);
+      plan = StepPlan{};
+      n_planned = 0;
     };
     for (size_t s = 0; s < tokens.size(); ++s) {
-      tables_[s].reserve(pool_, n_past_[s] + static_cast<int32_t>(tokens[s].size()), block_size_);
-      for (size_t i = 0; i < tokens[s].size(); ++i) {
-        batch.tokens.push_back(tokens[s][i]);
-        batch.positions.push_back(n_past_[s]++);
-        batch.block_tables.push_back(tables_[s].ids().data());
-        if (i + 1 == tokens[s].size()) batch.logits_rows.push_back(batch.n_tokens() - 1);
-        if (batch.n_tokens() >= ubatch) {
-          if (batch.logits_rows.empty() || batch.logits_rows.back() != batch.n_tokens() - 1)
-            batch.logits_rows.push_back(batch.n_tokens() - 1);
-          flush();
-        }
+      const auto seq = static_cast<int64_t>(s);
+      const int32_t n = static_cast<int32_t>(tokens[s].size());
+      pages_.allocate(seq, n_past_[s], n_past_[s] + n, plan.copies);  // sized for every sequence's context
+      for (int32_t i = 0; i < n;) {
+        const int32_t take = std::min(n - i, ubatch - n_planned);
+        ScheduledChunk& c = plan.chunks.emplace_back();
+        c.seq_id = seq;
+        c.start = n_past_[s];
+        c.tokens.assign(tokens[s].begin() + i, tokens[s].begin() + i + take);
+        c.pages = pages_.pages(seq);
+        c.n_logits = 1;
+        n_past_[s] += take;
+        i += take;
+        n_planned += take;
+        if (n_planned >= ubatch) flush();
       }
     }
     flush();
   }
 
  private:
-  const Model& model_;
-  int block_size_;
-  BlockPool pool_;
+  KvManager pages_;
   KvStorage kv_;
-  std::vector<BlockTable> tables_;
+  ModelRunner runner_;
   std::vector<int32_t> n_past_;
-  std::vector<float> logits_;
-  ForwardWorkspace workspace_;  // activation buffers reused by every step
 };
 
 // Read bandwidth of a streaming sum over a buffer much larger than the caches, with the pool's threads.
@@ -161,15 +160,15 @@ void measure_depths_interleaved(const Model& model, ThreadPool& pool, const Benc
   for (int rep = 0; rep <= a.repetitions; ++rep) {
     std::vector<std::unique_ptr<BenchSequences>> seqs;  // [rows]
     for (const Row* row : rows) {
-      seqs.push_back(std::make_unique<BenchSequences>(model, 1, row->depth + row->n_gen + 1, a.block_size, a.kv_type));
-      if (row->depth > 0) seqs.back()->step(pool, {random_tokens(rng, row->depth, n_vocab)}, a.ubatch);
+      seqs.push_back(std::make_unique<BenchSequences>(model, pool, 1, row->depth + row->n_gen + 1, a.block_size, a.kv_type));
+      if (row->depth > 0) seqs.back()->step({random_tokens(rng, row->depth, n_vocab)}, a.ubatch);
     }
     std::vector<double> seconds(rows.size(), 0.0);  // [rows] decode time this repetition
     for (int i = 0; i < rows[0]->n_gen; ++i)
       for (size_t r = 0; r < rows.size(); ++r) {
         const std::vector<std::vector<int32_t>> next{random_tokens(rng, 1, n_vocab)};
         Timer timer;
-        seqs[r]->step(pool, next, a.ubatch);
+        seqs[r]->step(next, a.ubatch);
         seconds[r] += timer.elapsed_s();
       }
     if (rep > 0)
@@ -215,22 +214,22 @@ int run_bench(BenchArgs& a) {
       if (with_bandwidth && !probe) probe = std::make_unique<BandwidthProbe>();
       for (int rep = 0; rep <= a.repetitions; ++rep) {  // rep 0 warms up
         const int n_ctx = row.depth + std::max(row.n_prompt, row.n_gen) + 1;
-        BenchSequences seqs(*model, row.n_seqs, n_ctx, a.block_size, a.kv_type);
+        BenchSequences seqs(*model, pool, row.n_seqs, n_ctx, a.block_size, a.kv_type);
         if (row.depth > 0) {
           std::vector<std::vector<int32_t>> fill;
           for (int s = 0; s < row.n_seqs; ++s) fill.push_back(random_tokens(rng, row.depth, hp.n_vocab));
-          seqs.step(pool, fill, a.ubatch);
+          seqs.step(fill, a.ubatch);
         }
         const bool probed = with_bandwidth && rep > 0;
         const double bandwidth_before = probed ? probe->measure_gbs(pool) : 0;
         Timer timer;
         if (row.n_prompt > 0) {
-          seqs.step(pool, {random_tokens(rng, row.n_prompt, hp.n_vocab)}, a.ubatch);
+          seqs.step({random_tokens(rng, row.n_prompt, hp.n_vocab)}, a.ubatch);
         } else {
           for (int i = 0; i < row.n_gen; ++i) {
             std::vector<std::vector<int32_t>> next;
             for (int s = 0; s < row.n_seqs; ++s) next.push_back(random_tokens(rng, 1, hp.n_vocab));
-            seqs.step(pool, next, a.ubatch);
+            seqs.step(next, a.ubatch);
           }
         }
         const double seconds = timer.elapsed_s();

@@ -29,10 +29,9 @@ Engine::Engine(const Model& model, ThreadPool& pool, const EngineConfig& config)
     : model_(model),
       config_(config),
       max_seq_len_(usable_seq_len(model, config)),
-      blocks_(config.n_blocks),
-      cache_(config.prefix_caching ? std::make_unique<PrefixCache>(blocks_, config.scheduler.block_size) : nullptr),
+      pages_(config.n_blocks, config.scheduler.block_size, config.prefix_caching),
       kv_(model.kv_spec(config.n_blocks, config.scheduler.block_size, config.kv_type)),
-      scheduler_(blocks_, cache_.get(), config.scheduler),
+      scheduler_(pages_, config.scheduler),
       runner_(model, pool, kv_) {}
 
 Result<int64_t> Engine::add_request(Request request) {
@@ -117,17 +116,18 @@ std::vector<StepOutput> Engine::step() {
   const StepPlan plan = scheduler_.schedule(clock_.elapsed_s() * 1e3);
   if (plan.empty()) return outputs;
   ++steps_;
-  const std::vector<float> logits = runner_.run(plan, scheduler_);  // [n_sampling_chunks, n_vocab]
-  if (blocks_.n_in_use() > peak_blocks_used_) {
-    peak_blocks_used_ = blocks_.n_in_use();
+  const std::vector<float> logits = runner_.run(plan);  // [plan.n_logits(), n_vocab]
+  if (pages_.pool().n_in_use() > peak_blocks_used_) {
+    peak_blocks_used_ = pages_.pool().n_in_use();
     peak_unused_tokens_ = static_cast<int64_t>(peak_blocks_used_) * config_.scheduler.block_size - kv_tokens_filled();
   }
   scheduler_.commit(plan);
   const size_t n_vocab = static_cast<size_t>(model_.hparams().n_vocab);
   size_t row = 0;
   for (const ScheduledChunk& c : plan.chunks) {
-    if (!c.samples) continue;
-    const float* row_logits = logits.data() + row++ * n_vocab;
+    if (!c.samples()) continue;
+    row += static_cast<size_t>(c.n_logits);
+    const float* row_logits = logits.data() + (row - 1) * n_vocab;  // the chunk's last token's
     std::vector<int64_t> seq_ids = {c.seq_id};
     Choice& first = choices_.at(c.seq_id);
     if (first.forks_pending) {
@@ -181,7 +181,7 @@ int64_t Engine::kv_tokens_filled() const {
   const int32_t bs = config_.scheduler.block_size;
   for (int64_t id : scheduler_.running_ids()) {
     const Sequence& seq = *scheduler_.find(id);
-    const auto& ids = seq.table.ids();
+    const auto& ids = pages_.pages(id);
     for (size_t i = 0; i < ids.size(); ++i) {
       const int32_t n = std::clamp(seq.n_tokens() - static_cast<int32_t>(i) * bs, 0, bs);
       filled[ids[i]] = std::max(filled[ids[i]], n);
@@ -197,10 +197,11 @@ EngineStats Engine::stats() const {
   s.n_waiting = scheduler_.n_waiting();
   s.n_running = scheduler_.n_running();
   s.kv_block_size = config_.scheduler.block_size;
-  s.kv_blocks_total = blocks_.n_blocks();
-  s.kv_blocks_used = blocks_.n_in_use();
-  s.kv_blocks_cached = blocks_.n_cached();
-  s.kv_blocks_free = blocks_.n_free();
+  const BlockPool& pool = pages_.pool();
+  s.kv_blocks_total = pool.n_blocks();
+  s.kv_blocks_used = pool.n_in_use();
+  s.kv_blocks_cached = pool.n_cached();
+  s.kv_blocks_free = pool.n_free();
   s.kv_tokens_used = kv_tokens_filled();
   s.kv_peak_blocks_used = peak_blocks_used_;
   s.kv_peak_unused_tokens = peak_unused_tokens_;

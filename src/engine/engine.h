@@ -16,9 +16,8 @@
 #include "core/timer.h"
 #include "engine/model_runner.h"
 #include "engine/scheduler.h"
-#include "kv/block_pool.h"
+#include "kv/kv_manager.h"
 #include "kv/kv_storage.h"
-#include "kv/prefix_cache.h"
 #include "model/model.h"
 #include "sample/sampler.h"
 
@@ -93,7 +92,7 @@ class Engine {
 
   EngineStats stats() const;
   int32_t max_seq_len() const { return max_seq_len_; }
-  const BlockPool& block_pool() const { return blocks_; }
+  const BlockPool& block_pool() const { return pages_.pool(); }
 
  private:
   struct Choice {
@@ -110,9 +109,8 @@ class Engine {
   const Model& model_;
   EngineConfig config_;
   int32_t max_seq_len_;
-  BlockPool blocks_;
-  std::unique_ptr<PrefixCache> cache_;
-  KvStorage kv_;
+  KvManager pages_;  // which pages each sequence holds, and the prefix cache
+  KvStorage kv_;     // the pages' K/V
   Scheduler scheduler_;
   ModelRunner runner_;
   Timer clock_;

@@ -7,17 +7,18 @@
 namespace kestrel {
 namespace {
 int32_t blocks_for(int32_t n_ctx, int32_t block_size) { return (n_ctx + block_size - 1) / block_size; }
+constexpr int64_t kSeq = 0;  // the sequence's id with the KV manager
 }  // namespace
 
 Generator::Generator(const Model& model, ThreadPool& pool, const GeneratorConfig& config)
     : model_(model),
-      pool_(pool),
       config_(config),
-      pool_blocks_(blocks_for(config.n_ctx, config.block_size)),
-      kv_(model.kv_spec(blocks_for(config.n_ctx, config.block_size), config.block_size, config.kv_type)) {}
+      pages_(blocks_for(config.n_ctx, config.block_size), config.block_size, false),
+      kv_(model.kv_spec(blocks_for(config.n_ctx, config.block_size), config.block_size, config.kv_type)),
+      runner_(model, pool, kv_) {}
 
 void Generator::reset() {
-  table_.release_all(pool_blocks_);
+  pages_.free(kSeq, {}, 0);
   n_past_ = 0;
   history_.clear();
 }
@@ -32,7 +33,8 @@ Result<std::vector<float>> Generator::eval(std::span<const int32_t> tokens, bool
   if (n_total > config_.n_ctx)
     return Error{"context full: " + std::to_string(n_total) + " tokens exceed the context size " +
                  std::to_string(config_.n_ctx) + " (raise -c/--ctx-size)"};
-  if (!table_.reserve(pool_blocks_, n_total, config_.block_size))
+  std::vector<BlockCopy> copies;  // none: nothing is shared
+  if (!pages_.allocate(kSeq, n_past_, n_total, copies))
     return Error{"KV cache has no free pages for " + std::to_string(n_total) + " tokens"};
 
   const size_t n_rows = all_logits ? tokens.size() : 1;
@@ -40,16 +42,16 @@ Result<std::vector<float>> Generator::eval(std::span<const int32_t> tokens, bool
   size_t row_out = 0;
   for (size_t begin = 0; begin < tokens.size(); begin += static_cast<size_t>(config_.n_ubatch)) {
     const size_t end = std::min(tokens.size(), begin + static_cast<size_t>(config_.n_ubatch));
-    ForwardBatch batch;
-    for (size_t i = begin; i < end; ++i) {
-      batch.tokens.push_back(tokens[i]);
-      batch.positions.push_back(n_past_ + static_cast<int32_t>(i - begin));
-      batch.block_tables.push_back(table_.ids().data());
-      if (all_logits || i + 1 == tokens.size()) batch.logits_rows.push_back(static_cast<int32_t>(i - begin));
-    }
-    model_.forward(pool_, batch, kv_, logits.data() + row_out * static_cast<size_t>(n_vocab), workspace_);
-    row_out += batch.logits_rows.size();
-    n_past_ += static_cast<int32_t>(end - begin);
+    StepPlan plan;
+    ScheduledChunk& c = plan.chunks.emplace_back();
+    c.seq_id = kSeq;
+    c.start = n_past_;
+    c.tokens.assign(tokens.begin() + static_cast<std::ptrdiff_t>(begin), tokens.begin() + static_cast<std::ptrdiff_t>(end));
+    c.pages = pages_.pages(kSeq);
+    c.n_logits = all_logits ? c.n_tokens() : end == tokens.size() ? 1 : 0;
+    runner_.run(plan, logits.data() + row_out * static_cast<size_t>(n_vocab));
+    row_out += static_cast<size_t>(c.n_logits);
+    n_past_ += c.n_tokens();
   }
   history_.insert(history_.end(), tokens.begin(), tokens.end());
   return logits;

@@ -1,6 +1,6 @@
 // Single-sequence generation over the paged KV cache: evaluate tokens (prefill in micro-batches, then one
-// token per step), sample, stop on end-of-generation or length. The serving engine (many sequences,
-// scheduler) builds on the same Model::forward with more than one block table.
+// token per step), sample, stop on end-of-generation or length. Its steps are step plans of one chunk run
+// by the same ModelRunner as the serving engine's (many sequences, scheduler).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -10,7 +10,8 @@
 
 #include "core/status.h"
 #include "core/thread_pool.h"
-#include "kv/block_pool.h"
+#include "engine/model_runner.h"
+#include "kv/kv_manager.h"
 #include "kv/kv_storage.h"
 #include "model/model.h"
 #include "sample/sampler.h"
@@ -50,16 +51,14 @@ class Generator {
   void reset();
   int32_t n_past() const { return n_past_; }
   const std::vector<int32_t>& history() const { return history_; }
-  const BlockPool& block_pool() const { return pool_blocks_; }
+  const BlockPool& block_pool() const { return pages_.pool(); }
 
  private:
   const Model& model_;
-  ThreadPool& pool_;
   GeneratorConfig config_;
-  BlockPool pool_blocks_;
+  KvManager pages_;  // the one sequence's pages (no prefix cache)
   KvStorage kv_;
-  ForwardWorkspace workspace_;  // activation buffers reused by every forward
-  BlockTable table_;
+  ModelRunner runner_;
   int32_t n_past_ = 0;
   std::vector<int32_t> history_;
 };

@@ -1,11 +1,12 @@
-// Runs one step plan through the model: copies the plan's KV pages, flattens its chunks into a
-// ForwardBatch (the only place with the index math) and returns the logits of the rows that sample.
-// Owns no policy; the scheduler decided everything.
+// Runs one step plan through the model: copies the plan's KV pages, flattens its chunks into the model's
+// input (engine/forward_batch.h) and returns the logits of the rows the chunks ask for. Owns no policy and
+// reads nothing but the plan: the engine, the single-sequence generator and `kestrel bench` all run
+// their steps through here.
 #pragma once
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "engine/scheduler.h"
+#include "engine/step_plan.h"
 #include "kv/kv_storage.h"
 #include "model/model.h"
 
@@ -15,9 +16,10 @@ class ModelRunner {
  public:
   ModelRunner(const Model& model, ThreadPool& pool, KvStorage& kv) : model_(model), pool_(pool), kv_(kv) {}
 
-  // logits [n_sampling_chunks, n_vocab], rows in the order the sampling chunks appear in the plan.
-  // Every chunk's sequence must be running in `scheduler` (the plan is not yet committed).
-  std::vector<float> run(const StepPlan& plan, Scheduler& scheduler);
+  // logits [plan.n_logits(), n_vocab]: each chunk's last n_logits rows, chunk by chunk.
+  std::vector<float> run(const StepPlan& plan);
+  // The same into logits [plan.n_logits(), n_vocab].
+  void run(const StepPlan& plan, float* logits);
 
  private:
   const Model& model_;

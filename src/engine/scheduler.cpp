@@ -5,19 +5,9 @@
 #include <limits>
 
 namespace kestrel {
-namespace {
-int32_t blocks_for(int32_t n_tokens, int32_t block_size) { return (n_tokens + block_size - 1) / block_size; }
-}  // namespace
 
-int32_t StepPlan::n_tokens() const {
-  int32_t n = 0;
-  for (const ScheduledChunk& c : chunks) n += c.n_tokens;
-  return n;
-}
-
-Scheduler::Scheduler(BlockPool& pool, PrefixCache* cache, const SchedulerConfig& config)
-    : pool_(pool), cache_(cache), config_(config) {
-  assert(!cache || cache->block_size() == config.block_size);
+Scheduler::Scheduler(KvManager& kv, const SchedulerConfig& config) : kv_(kv), config_(config) {
+  assert(kv.block_size() == config.block_size);
 }
 
 void Scheduler::add(Sequence seq) {
@@ -50,10 +40,7 @@ Sequence* Scheduler::fork(int64_t parent_id, int64_t child_id) {
   child.arrival = parent->arrival;
   child.arrival_ms = parent->arrival_ms;
   child.n_cached_prompt = parent->n_cached_prompt;
-  for (int32_t b : parent->table.ids()) {
-    pool_.retain(b);
-    child.table.append(b);
-  }
+  kv_.fork(parent_id, child_id);
   running_.push_back(child_id);
   return &seqs_.emplace(child_id, std::move(child)).first->second;
 }
@@ -63,47 +50,18 @@ const Sequence* Scheduler::find(int64_t id) const {
   return it == seqs_.end() ? nullptr : &it->second;
 }
 
-void Scheduler::release_blocks(Sequence& seq) {
-  if (cache_) cache_->abandon(seq.table.ids());
-  seq.table.release_all(pool_);
-}
-
-void Scheduler::publish(const Sequence& seq) {
-  if (!cache_) return;
-  const int32_t bs = config_.block_size;
-  const size_t n_full = std::min(seq.table.ids().size(), static_cast<size_t>(seq.n_tokens() / bs));
-  cache_->insert(seq.tokens, std::span<const int32_t>(seq.table.ids()).first(n_full), seq.n_computed / bs,
-                 seq.cache_salt);
-}
-
-int32_t Scheduler::room(const Sequence& seq) const {
-  const int32_t bs = config_.block_size;
-  const size_t bi = static_cast<size_t>(seq.n_computed / bs);
-  const bool cow = bi < seq.table.ids().size() && pool_.ref_count(seq.table.ids()[bi]) > 1;
-  const int32_t blocks = static_cast<int32_t>(seq.table.ids().size()) + pool_.n_available() - (cow ? 1 : 0);
-  return std::max(0, blocks * bs - seq.n_computed);
-}
-
-bool Scheduler::grow(Sequence& seq, int32_t n_new, StepPlan& plan) {
-  const int32_t bs = config_.block_size;
-  if (room(seq) < n_new) return false;
-  // Copy-on-write: the block receiving position n_computed is shared with a fork.
-  const size_t bi = static_cast<size_t>(seq.n_computed / bs);
-  if (bi < seq.table.ids().size() && pool_.ref_count(seq.table.ids()[bi]) > 1) {
-    const int32_t shared = seq.table.ids()[bi];
-    const int32_t own = *pool_.allocate();
-    plan.copies.push_back({shared, own});
-    seq.table.replace(bi, own);
-    pool_.release(shared);
-  }
-  const bool ok = seq.table.reserve(pool_, seq.n_computed + n_new, bs);
-  assert(ok);
-  (void)ok;
-  return true;
+void Scheduler::add_chunk(const Sequence& seq, int32_t n_new, StepPlan& plan) const {
+  ScheduledChunk c;
+  c.seq_id = seq.id;
+  c.start = seq.n_computed;
+  c.tokens.assign(seq.tokens.begin() + seq.n_computed, seq.tokens.begin() + seq.n_computed + n_new);
+  c.pages = kv_.pages(seq.id);
+  c.n_logits = seq.n_computed + n_new == seq.n_tokens() ? 1 : 0;  // it reaches the end: sample the next token
+  plan.chunks.push_back(std::move(c));
 }
 
 void Scheduler::preempt(Sequence& seq, StepPlan& plan) {
-  release_blocks(seq);
+  kv_.free(seq.id, seq.tokens, 0);  // computed full pages stay cached
   seq.n_computed = 0;
   seq.status = SequenceStatus::Waiting;
   seq.n_skipped = config_.max_skips;  // it was running: it goes first when memory allows
@@ -115,47 +73,21 @@ void Scheduler::preempt(Sequence& seq, StepPlan& plan) {
   if (config_.policy != BatchPolicy::Continuous) ++batch_quota_;  // it rejoins its batch
 }
 
-int32_t Scheduler::lookup_length(const Sequence& seq) {
-  if (!cache_) return 0;
-  const PrefixMatch m = cache_->lookup(seq.tokens, seq.cache_salt, seq.n_tokens() - 1, false);
-  return m.pending_ahead ? -1 : m.n_tokens(config_.block_size);
+PromptMatch Scheduler::match(const Sequence& seq) const {
+  return kv_.match(seq.tokens, seq.cache_salt, seq.n_tokens() - 1);
 }
 
-bool Scheduler::admit(Sequence& seq, int32_t& budget, StepPlan& plan) {
-  const int32_t bs = config_.block_size;
-  PrefixMatch probe;
-  if (cache_) probe = cache_->lookup(seq.tokens, seq.cache_salt, seq.n_tokens() - 1, false);
-  if (probe.pending_ahead) return false;
-  // Blocks left once the matched ones (cached, unreferenced ones leave the evictable set) are taken.
-  int32_t available = pool_.n_available();
-  for (int32_t b : probe.blocks) available -= pool_.ref_count(b) == 0 ? 1 : 0;
-  if (probe.partial_block >= 0 && pool_.ref_count(probe.partial_block) == 0) --available;
-  const int32_t n_matched = probe.n_tokens(bs);
-  const int32_t n_new = std::min(seq.n_tokens() - n_matched, budget);
-  const int32_t first_new_block = static_cast<int32_t>(probe.blocks.size());  // the partial copy's dst or a fresh one
-  const int32_t need = blocks_for(n_matched + n_new, bs) - first_new_block;
-  if (need > available || n_new <= 0) return false;
-
-  if (cache_) {
-    const PrefixMatch match = cache_->lookup(seq.tokens, seq.cache_salt, seq.n_tokens() - 1, true);
-    for (int32_t b : match.blocks) seq.table.append(b);
-    seq.n_computed = static_cast<int32_t>(match.blocks.size()) * bs;
-    if (match.partial_block >= 0) {
-      const int32_t own = *pool_.allocate();
-      plan.copies.push_back({match.partial_block, own});
-      copy_sources_.push_back(match.partial_block);  // released at commit, after the copy ran
-      seq.table.append(own);
-      seq.n_computed += match.partial_tokens;
-    }
-  }
+bool Scheduler::admit(Sequence& seq, PromptMatch match, int32_t& budget, StepPlan& plan) {
+  if (!kv_.is_current(match)) match = this->match(seq);  // sequences admitted before it changed the tree
+  if (match.pending_ahead()) return false;
+  const int32_t n_new = std::min(seq.n_tokens() - match.n_tokens, budget);
+  if (n_new <= 0 || !kv_.can_admit(match, match.n_tokens + n_new)) return false;
+  seq.n_computed = kv_.admit(seq.id, seq.cache_salt, match, match.n_tokens + n_new, plan.copies);
   seq.n_cached_prompt = seq.n_computed;
-  const bool ok = grow(seq, n_new, plan);
-  assert(ok);
-  (void)ok;
   seq.status = SequenceStatus::Running;
   seq.n_skipped = 0;
   publish(seq);
-  plan.chunks.push_back({seq.id, seq.n_computed, n_new, seq.n_computed + n_new == seq.n_tokens()});
+  add_chunk(seq, n_new, plan);
   budget -= n_new;
   return true;
 }
@@ -187,11 +119,11 @@ StepPlan Scheduler::schedule(double now_ms) {
     int32_t n_new = std::min(seq.n_tokens() - seq.n_computed, budget);
     if (n_new <= 0) continue;
     bool scheduled = true;
-    const size_t n_blocks_before = seq.table.ids().size();
-    while (!grow(seq, n_new, plan)) {
+    const size_t n_pages_before = kv_.pages(seq.id).size();
+    while (!kv_.allocate(seq.id, seq.n_computed, seq.n_computed + n_new, plan.copies)) {
       if (running_.back() != seq.id) {
         preempt(seqs_.at(running_.back()), plan);
-      } else if (const int32_t fits = std::min(room(seq), n_new); fits > 0 && fits < n_new) {
+      } else if (const int32_t fits = std::min(kv_.room(seq.id, seq.n_computed), n_new); fits > 0 && fits < n_new) {
         n_new = fits;  // the newest sequence takes a shorter chunk
       } else {
         preempt(seq, plan);
@@ -200,8 +132,8 @@ StepPlan Scheduler::schedule(double now_ms) {
       }
     }
     if (!scheduled) break;
-    if (seq.table.ids().size() != n_blocks_before) publish(seq);  // register its new pages as pending
-    plan.chunks.push_back({seq.id, seq.n_computed, n_new, seq.n_computed + n_new == seq.n_tokens()});
+    if (kv_.pages(seq.id).size() != n_pages_before) publish(seq);  // register its new pages as pending
+    add_chunk(seq, n_new, plan);
     budget -= n_new;
   }
 
@@ -209,26 +141,26 @@ StepPlan Scheduler::schedule(double now_ms) {
   if (budget > 0 && batch_quota_ > 0 && !waiting_.empty()) {
     struct Candidate {
       bool aged;
-      int32_t cached;
+      PromptMatch match;  // the prefix tree is walked once per candidate (again only if it changes)
       int64_t arrival, id;
     };
     std::vector<Candidate> order;
     for (int64_t id : waiting_) {
       const Sequence& seq = seqs_.at(id);
-      const int32_t cached = lookup_length(seq);
-      if (cached < 0) continue;  // waits for blocks another sequence is computing
-      order.push_back({seq.n_skipped >= config_.max_skips, cached, seq.arrival, id});
+      PromptMatch m = match(seq);
+      if (m.pending_ahead()) continue;  // waits for pages another sequence is computing
+      order.push_back({seq.n_skipped >= config_.max_skips, std::move(m), seq.arrival, id});
     }
     std::sort(order.begin(), order.end(), [](const Candidate& a, const Candidate& b) {
       if (a.aged != b.aged) return a.aged;
-      if (!a.aged && a.cached != b.cached) return a.cached > b.cached;
+      if (!a.aged && a.match.n_tokens != b.match.n_tokens) return a.match.n_tokens > b.match.n_tokens;
       return a.arrival < b.arrival;
     });
     int64_t latest_admitted = -1;
     for (const Candidate& c : order) {
       if (budget <= 0 || batch_quota_ <= 0 || static_cast<int32_t>(running_.size()) >= config_.max_running) break;
       Sequence& seq = seqs_.at(c.id);
-      if (!admit(seq, budget, plan)) break;  // out of blocks: later candidates wait too
+      if (!admit(seq, c.match, budget, plan)) break;  // out of pages: later candidates wait too
       waiting_.erase(std::find(waiting_.begin(), waiting_.end(), c.id));
       running_.push_back(c.id);
       --batch_quota_;
@@ -246,12 +178,11 @@ void Scheduler::commit(const StepPlan& plan) {
   for (const ScheduledChunk& c : plan.chunks) {
     Sequence* seq = find(c.seq_id);
     if (!seq || seq->status != SequenceStatus::Running) continue;
-    seq->n_computed = c.start + c.n_tokens;
+    seq->n_computed = c.start + c.n_tokens();
     // Pages become ready only when a chunk completes one; the tree is walked only then.
     if (c.start / config_.block_size != seq->n_computed / config_.block_size) publish(*seq);
   }
-  for (int32_t b : copy_sources_) pool_.release(b);
-  copy_sources_.clear();
+  kv_.commit_copies();
 }
 
 void Scheduler::append_token(int64_t id, int32_t token) {
@@ -261,16 +192,8 @@ void Scheduler::append_token(int64_t id, int32_t token) {
 void Scheduler::finish(int64_t id) {
   Sequence* seq = find(id);
   if (!seq) return;
-  // Its computed tail (the part of the last block it filled) stays cached too, as a partial run.
-  const int32_t bs = config_.block_size;
-  if (cache_ && seq->status == SequenceStatus::Running && seq->n_computed % bs != 0) {
-    const size_t n_blocks = static_cast<size_t>(seq->n_computed / bs + 1);
-    if (n_blocks <= seq->table.ids().size())
-      cache_->insert(std::span<const int32_t>(seq->tokens).first(static_cast<size_t>(seq->n_computed)),
-                     std::span<const int32_t>(seq->table.ids()).first(n_blocks), static_cast<int32_t>(n_blocks),
-                     seq->cache_salt);
-  }
-  release_blocks(*seq);
+  // A running sequence's computed tail stays cached too.
+  kv_.free(id, seq->tokens, seq->status == SequenceStatus::Running ? seq->n_computed : 0);
   if (seq->status == SequenceStatus::Running) running_.erase(std::find(running_.begin(), running_.end(), id));
   if (seq->status == SequenceStatus::Waiting) waiting_.erase(std::find(waiting_.begin(), waiting_.end(), id));
   seqs_.erase(id);

@@ -15,8 +15,11 @@
 // or when batch_size wait or the oldest has waited batch_wait_ms (dynamic); it runs to completion before
 // the next is formed.
 //
-// Contract: one thread calls everything. After schedule(), the caller copies the plan's blocks (KV of
-// src to dst) before running the forward, then calls commit(plan) before anything else.
+// The scheduler decides; the KV manager (kv/kv_manager.h) owns the pages: the scheduler asks it what a
+// prompt finds cached and how many tokens a sequence can add, and never reads a reference count.
+//
+// Contract: one thread calls everything. After schedule(), the caller runs the plan's copies and its
+// forward (the plan is self-contained: step_plan.h), then calls commit(plan) before anything else.
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -24,8 +27,8 @@
 #include <vector>
 
 #include "engine/sequence.h"
-#include "kv/block_pool.h"
-#include "kv/prefix_cache.h"
+#include "engine/step_plan.h"
+#include "kv/kv_manager.h"
 
 namespace kestrel {
 
@@ -41,29 +44,10 @@ struct SchedulerConfig {
   int32_t max_skips = 16;          // aging: after this many steps passed over, a request goes first
 };
 
-struct ScheduledChunk {
-  int64_t seq_id = 0;
-  int32_t start = 0;     // first position computed (== the sequence's n_computed)
-  int32_t n_tokens = 0;  // positions [start, start + n_tokens)
-  bool samples = false;  // the chunk reaches the end of the sequence: its last row's logits pick the next token
-};
-
-struct BlockCopy {
-  int32_t src = 0, dst = 0;  // copy every position of page src into page dst
-};
-
-struct StepPlan {
-  std::vector<BlockCopy> copies;  // run before the forward, in order
-  std::vector<ScheduledChunk> chunks;
-  std::vector<int64_t> preempted;  // sequences sent back to the queue this step
-  int32_t n_tokens() const;
-  bool empty() const { return chunks.empty(); }
-};
-
 class Scheduler {
  public:
-  // cache may be null (prefix caching off); pool and cache must outlive the scheduler.
-  Scheduler(BlockPool& pool, PrefixCache* cache, const SchedulerConfig& config);
+  // kv must outlive the scheduler; its page size is config.block_size.
+  Scheduler(KvManager& kv, const SchedulerConfig& config);
 
   // Queues a sequence (tokens holds its prompt; n_prompt is set from it). Its id must be new.
   void add(Sequence seq);
@@ -76,7 +60,7 @@ class Scheduler {
 
   // After commit: a sequence whose chunk sampled gets its new token.
   void append_token(int64_t id, int32_t token);
-  // Finished or cancelled: its blocks go back (computed full ones stay cached) and it is forgotten.
+  // Finished or cancelled: its pages go back (computed ones stay cached) and it is forgotten.
   void finish(int64_t id);
 
   Sequence* find(int64_t id);
@@ -89,21 +73,17 @@ class Scheduler {
 
  private:
   bool batch_ready(double now_ms) const;
-  bool admit(Sequence& seq, int32_t& budget, StepPlan& plan);
-  bool grow(Sequence& seq, int32_t n_new, StepPlan& plan);
-  int32_t room(const Sequence& seq) const;  // tokens it can add with the blocks available now
+  PromptMatch match(const Sequence& seq) const;  // its prompt in the prefix cache (all but the last token)
+  bool admit(Sequence& seq, PromptMatch match, int32_t& budget, StepPlan& plan);
   void preempt(Sequence& seq, StepPlan& plan);
-  void release_blocks(Sequence& seq);
-  void publish(const Sequence& seq);
-  int32_t lookup_length(const Sequence& seq);
+  void publish(const Sequence& seq) { kv_.publish(seq.id, seq.tokens, seq.n_computed); }
+  void add_chunk(const Sequence& seq, int32_t n_new, StepPlan& plan) const;
 
-  BlockPool& pool_;
-  PrefixCache* cache_;
+  KvManager& kv_;
   SchedulerConfig config_;
   std::map<int64_t, Sequence> seqs_;
   std::deque<int64_t> waiting_;  // ids, queue order
   std::vector<int64_t> running_;  // ids, admission order
-  std::vector<int32_t> copy_sources_;  // partial-match blocks retained until commit
   int64_t next_arrival_ = 0;
   double last_arrival_ms_ = 0;
   int32_t batch_quota_ = 0;  // sequences that may still join the current batch

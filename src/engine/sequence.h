@@ -1,13 +1,12 @@
 // One sequence of a request: its tokens and how far the KV cache has caught up with them. The scheduler
 // owns these; the two counters replace prefill/decode phases: a step gives a sequence up to
 // n_tokens() - n_computed tokens, so a first prefill, a chunked prefill, a decode and a recompute after
-// preemption are all the same path.
+// preemption are all the same path. Its KV pages are the KV manager's (kv/kv_manager.h), under the same id.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "kv/block_pool.h"
 
 namespace kestrel {
 
@@ -18,7 +17,6 @@ struct Sequence {
   std::vector<int32_t> tokens;  // [n_tokens] the prompt, then the generated tokens
   int32_t n_prompt = 0;
   int32_t n_computed = 0;       // tokens whose KV is in the cache (a prefix of tokens)
-  BlockTable table;             // pages holding tokens [0, n_computed) and room being filled
   std::string cache_salt;       // prefix-cache namespace: sequences share blocks only within one salt
   SequenceStatus status = SequenceStatus::Waiting;
   int64_t arrival = 0;          // admission order key (first come, first served)

@@ -67,6 +67,8 @@ class BlockTable {
   void append(int32_t block) { ids_.push_back(block); }
   // Replaces logical block i with `block` (copy-on-write); the caller releases the old one.
   void replace(size_t i, int32_t block) { ids_.at(i) = block; }
+  // Forgets the last block; the caller releases it.
+  void pop_back() { ids_.pop_back(); }
   // Returns every block to the pool, last block first (so a chain's deeper blocks are evicted first).
   void release_all(BlockPool& pool);
   const std::vector<int32_t>& ids() const { return ids_; }

@@ -34,13 +34,13 @@ bool PrefixCache::is_ready(int32_t block) const {
 }
 
 PrefixMatch PrefixCache::lookup(std::span<const int32_t> tokens, const std::string& salt, int32_t max_tokens,
-                                bool retain) {
+                                bool retain) const {
   PrefixMatch match;
   const auto found = roots_.find(salt);
   if (found == roots_.end()) return match;
   const size_t limit = std::min(tokens.size(), static_cast<size_t>(std::max(0, max_tokens)));
   const size_t bs = static_cast<size_t>(block_size_);
-  Node* node = found->second.get();
+  const Node* node = found->second.get();
   size_t pos = 0;
   // Whole blocks.
   while (pos + bs <= limit) {
@@ -100,16 +100,13 @@ void PrefixCache::insert(std::span<const int32_t> tokens, std::span<const int32_
       node_of_block_[blocks[i]] = fresh.get();
       pool_.mark_cached(blocks[i]);
       child = node->children.emplace(std::move(run), std::move(fresh)).first;
-    } else if (child->second->block == blocks[i] && ready) {
+      ++generation_;
+    } else if (child->second->block == blocks[i] && ready && !child->second->ready) {
       child->second->ready = true;
+      ++generation_;
     }
     node = child->second.get();
   }
-}
-
-void PrefixCache::set_ready(int32_t block) {
-  const auto it = node_of_block_.find(block);
-  if (it != node_of_block_.end()) it->second->ready = true;
 }
 
 void PrefixCache::abandon(std::span<const int32_t> blocks) {
@@ -124,6 +121,7 @@ void PrefixCache::drop(Node* node) {
   while (!node->children.empty()) drop(node->children.begin()->second.get());
   node_of_block_.erase(node->block);
   pool_.unmark_cached(node->block);
+  ++generation_;
   Node* parent = node->parent;
   parent->children.erase(node->tokens);  // destroys node
 }

@@ -11,8 +11,8 @@
 //   - The cache holds no references. It marks the blocks it registers (BlockPool::mark_cached), so an
 //     unreferenced registered block stays cached until the pool evicts it, which removes its node here.
 //   - A sequence that shares a prefix holds one reference per shared block (lookup() retains them).
-//   - A pending block's owner must call set_ready() once the block's KV is computed, or abandon() before
-//     releasing it; abandoned nodes (and anything below them) are dropped.
+//   - A pending block's owner registers it again with insert() once the block's KV is computed (it turns
+//     ready), or calls abandon() before releasing it; abandoned nodes (and anything below them) are dropped.
 //   - Descendants are never more recently used than their ancestors (lookups retain whole chains and
 //     sequences release deepest block first), so evicting the least recently used block drops a leaf.
 #pragma once
@@ -48,8 +48,9 @@ class PrefixCache {
   PrefixCache& operator=(const PrefixCache&) = delete;
 
   // Tokens of `tokens` (at most max_tokens of them) whose KV is cached; retain == false only measures
-  // (blocks and partial_block are then not retained, and the caller must not use them).
-  PrefixMatch lookup(std::span<const int32_t> tokens, const std::string& salt, int32_t max_tokens, bool retain);
+  // (blocks and partial_block are then not retained, and the caller must not use them). The tree is left
+  // as it is either way (retaining changes the pool's counts only).
+  PrefixMatch lookup(std::span<const int32_t> tokens, const std::string& salt, int32_t max_tokens, bool retain) const;
 
   // Registers the sequence's blocks: blocks[i] holds tokens[i * block_size, (i + 1) * block_size). When
   // tokens ends inside the last block, that block is registered with its partial run (a leaf, found only
@@ -58,8 +59,6 @@ class PrefixCache {
   // (the sequence keeps its own copy, unregistered).
   void insert(std::span<const int32_t> tokens, std::span<const int32_t> blocks, int32_t n_ready,
               const std::string& salt);
-  // The block's KV is now computed (no-op unless it is a registered pending block).
-  void set_ready(int32_t block);
   // Drops the registered pending blocks among `blocks` (and their subtrees) before their owner releases them.
   void abandon(std::span<const int32_t> blocks);
 
@@ -67,6 +66,9 @@ class PrefixCache {
   int32_t n_nodes() const { return static_cast<int32_t>(node_of_block_.size()); }
   bool is_registered(int32_t block) const { return node_of_block_.count(block) != 0; }
   bool is_ready(int32_t block) const;
+  // Changes whenever a node is added, turns ready or is dropped: a lookup made at one generation still
+  // holds while the generation is unchanged.
+  uint64_t generation() const { return generation_; }
 
  private:
   struct Node;
@@ -77,6 +79,7 @@ class PrefixCache {
   int32_t block_size_;
   std::map<std::string, std::unique_ptr<Node>> roots_;  // per cache salt
   std::map<int32_t, Node*> node_of_block_;
+  uint64_t generation_ = 0;
 };
 
 }  // namespace kestrel

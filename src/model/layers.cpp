@@ -11,7 +11,7 @@ const float* floats(const TensorView* t) { return t ? reinterpret_cast<const flo
 }  // namespace
 
 void attention(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const ArchTraits& arch, const LayerWeights& L,
-               const ops::RopeTable& rope, const ForwardBatch& batch, const KvLayerView& kv,
+               const ops::RopeTable& rope, const ModelInput& batch, const KvLayerView& kv,
                const ops::MatmulInput& in, float* out, ForwardWorkspace& ws) {
   const int n_tok = batch.n_tokens();
   const int hd = hp.head_dim, Dq = hp.n_heads * hd, Dkv = hp.n_kv_heads * hd;
@@ -41,7 +41,7 @@ void attention(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, con
 }
 
 void attention_mla(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const ArchTraits& arch, const LayerWeights& L,
-                   const ops::RopeTable& rope_table, const ForwardBatch& batch, const KvLayerView& kv, const float* h,
+                   const ops::RopeTable& rope_table, const ModelInput& batch, const KvLayerView& kv, const float* h,
                    float* out) {
   const int n_tok = batch.n_tokens(), H = hp.n_heads, hd = hp.head_dim, rope = hp.n_rot, nope = hd - rope;
   const int R = hp.kv_lora_rank, Dc = R + rope, Dv = hp.head_dim_v;

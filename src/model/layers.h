@@ -4,7 +4,7 @@
 #pragma once
 #include "compute/ops.h"
 #include "model/arch.h"
-#include "model/forward_batch.h"
+#include "model/model_input.h"
 #include "model/hparams.h"
 #include "model/packed_weights.h"
 #include "model/weights.h"
@@ -16,7 +16,7 @@ namespace kestrel::layers {
 // in: [n_tok, n_embd] rows with the block's norm (applied as the q/k/v projections quantize them)
 // -> out: [n_tok, n_embd] += the block's output. Scratch: ws's Q, K, V and AttnOut buffers.
 void attention(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const ArchTraits& arch, const LayerWeights& L,
-               const ops::RopeTable& rope, const ForwardBatch& batch, const KvLayerView& kv,
+               const ops::RopeTable& rope, const ModelInput& batch, const KvLayerView& kv,
                const ops::MatmulInput& in, float* out, ForwardWorkspace& ws);
 
 // Multi-head latent attention (DeepSeek-V2), computed in latent space: each head's q_nope is absorbed by
@@ -24,7 +24,7 @@ void attention(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, con
 // (one KV "head" shared by every query head), and the latent output is expanded by v_b per head.
 // h: [n_tok, n_embd] -> out: [n_tok, n_embd] += the block's output.
 void attention_mla(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const ArchTraits& arch, const LayerWeights& L,
-                   const ops::RopeTable& rope, const ForwardBatch& batch, const KvLayerView& kv, const float* h,
+                   const ops::RopeTable& rope, const ModelInput& batch, const KvLayerView& kv, const float* h,
                    float* out);
 
 // SwiGLU feed-forward: down(silu(gate(h)) * up(h)), h = in's rows after its norm (if any), written to out

@@ -97,14 +97,14 @@ KvCacheSpec Model::kv_spec(int32_t n_blocks, int block_size, KvType type) const 
   return spec;
 }
 
-void Model::forward(ThreadPool& pool, const ForwardBatch& batch, KvStorage& kv, float* logits) const {
+void Model::forward(ThreadPool& pool, const ModelInput& batch, KvStorage& kv, float* logits) const {
   ForwardWorkspace ws;
   forward(pool, batch, kv, logits, ws);
 }
 
 // Step order per layer: norm -> attention -> residual add -> norm -> FFN (dense or MoE) -> residual add.
 // After the last layer only the rows whose logits are wanted are normalised and projected.
-void Model::forward(ThreadPool& pool, const ForwardBatch& batch, KvStorage& kv, float* logits, ForwardWorkspace& ws) const {
+void Model::forward(ThreadPool& pool, const ModelInput& batch, KvStorage& kv, float* logits, ForwardWorkspace& ws) const {
   using Buffer = ForwardWorkspace::Buffer;
   const HParams& hp = hparams_;
   const int n_tok = batch.n_tokens(), E = hp.n_embd;

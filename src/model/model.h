@@ -11,7 +11,7 @@
 #include "io/gguf.h"
 #include "kv/kv_storage.h"
 #include "model/arch.h"
-#include "model/forward_batch.h"
+#include "model/model_input.h"
 #include "model/hparams.h"
 #include "model/packed_weights.h"
 #include "model/weights.h"
@@ -43,8 +43,8 @@ class Model {
   // capacity, and each token's earlier positions must already be in the cache (or in this batch, earlier).
   // ws holds the activation buffers from one call to the next (see ForwardWorkspace); the overload without
   // it makes a fresh one per call.
-  void forward(ThreadPool& pool, const ForwardBatch& batch, KvStorage& kv, float* logits, ForwardWorkspace& ws) const;
-  void forward(ThreadPool& pool, const ForwardBatch& batch, KvStorage& kv, float* logits) const;
+  void forward(ThreadPool& pool, const ModelInput& batch, KvStorage& kv, float* logits, ForwardWorkspace& ws) const;
+  void forward(ThreadPool& pool, const ModelInput& batch, KvStorage& kv, float* logits) const;
 
  private:
   Model() = default;

@@ -1,0 +1,32 @@
+// One step's work, as self-contained data: which tokens of which sequences run in the next forward pass,
+// at which positions, over which KV pages, which pages are copied first, and whose logits come back. A
+// runner needs nothing else (no scheduler, no sequence state), so a plan could be sent to another process.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "kv/kv_manager.h"
+
+namespace kestrel {
+
+struct ScheduledChunk {
+  int64_t seq_id = 0;
+  int32_t start = 0;            // position of tokens[0] (the sequence's n_computed)
+  std::vector<int32_t> tokens;  // [n_tokens] token ids at positions start, start + 1, ...
+  std::vector<int32_t> pages;   // the sequence's page table, covering positions [0, start + n_tokens)
+  int32_t n_logits = 0;         // logits of the last n_logits tokens come back (1: the chunk samples a token)
+
+  int32_t n_tokens() const { return static_cast<int32_t>(tokens.size()); }
+  bool samples() const { return n_logits > 0; }
+};
+
+struct StepPlan {
+  std::vector<BlockCopy> copies;  // run before the forward, in order
+  std::vector<ScheduledChunk> chunks;
+  std::vector<int64_t> preempted;  // sequences sent back to the queue this step
+  int32_t n_tokens() const;
+  int32_t n_logits() const;  // rows of logits the forward returns, chunk by chunk
+  bool empty() const { return chunks.empty(); }
+};
+
+}  // namespace kestrel
