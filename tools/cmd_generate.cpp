@@ -5,6 +5,7 @@
 #include "common.h"
 #include "core/timer.h"
 #include "engine/generator.h"
+#include "engine/speculative_generator.h"
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
 
@@ -23,7 +24,22 @@ struct GenerateArgs {
   bool no_display_prompt = false;
   SamplingParams sampling;
   KvType kv_type = KvType::F16;
+  std::string draft_model;  // speculative decoding with a draft model
+  SpeculativeConfig spec;
 };
+
+// The speculation summary: drafted and kept tokens, by draft position, and target forwards per token.
+void print_spec_stats(const SpecStats& s, int64_t target_forwards, int32_t n_generated) {
+  std::fprintf(stderr, "speculation: %lld drafted, %lld accepted (%.1f%%), %.2f tokens per verifying forward, "
+               "%.2f tokens per target forward\n",
+               static_cast<long long>(s.drafted), static_cast<long long>(s.accepted), 100.0 * s.acceptance_rate(),
+               s.mean_accepted_length(), target_forwards > 0 ? static_cast<double>(n_generated - 1) / target_forwards : 0.0);
+  std::string by_position;
+  for (size_t i = 0; i < s.drafted_at.size() && i < 16; ++i)
+    by_position += " " + std::to_string(i + 1) + ":" +
+                   std::to_string(static_cast<int>(100.0 * s.accepted_at[i] / std::max<int64_t>(1, s.drafted_at[i]))) + "%";
+  if (!by_position.empty()) std::fprintf(stderr, "acceptance by draft position:%s\n", by_position.c_str());
+}
 
 int run_generate(GenerateArgs& a) {
   if (!a.prompt_file.empty() && !read_text_file(a.prompt_file, a.prompt)) return 1;
@@ -54,7 +70,29 @@ int run_generate(GenerateArgs& a) {
   config.n_ubatch = a.ubatch;
   config.kv_type = a.kv_type;
   ThreadPool pool(a.threads);
-  Generator generator(*model, pool, config);
+  std::unique_ptr<Model> draft;
+  if (!a.draft_model.empty()) {
+    draft = load_model(a.draft_model);
+    if (!draft) return 1;
+    auto draft_tokenizer = Tokenizer::from_gguf(draft->file());
+    if (!draft_tokenizer.ok() || draft_tokenizer->vocab().tokens != tokenizer->vocab().tokens) {
+      std::fprintf(stderr, "error: the draft model %s does not have the target's vocabulary\n", a.draft_model.c_str());
+      return 1;
+    }
+  }
+  const bool speculative = draft || a.spec.ngram > 0;
+  std::unique_ptr<Generator> plain;
+  std::unique_ptr<SpeculativeGenerator> spec;
+  if (!speculative) {
+    plain = std::make_unique<Generator>(*model, pool, config);
+  } else {
+    auto created = SpeculativeGenerator::create(*model, draft.get(), pool, config, a.spec);
+    if (!created.ok()) {
+      std::fprintf(stderr, "error: %s\n", created.error().c_str());
+      return 1;
+    }
+    spec = std::move(created).value();
+  }
   Sampler sampler(a.sampling);
 
   if (!a.no_display_prompt) {
@@ -66,12 +104,14 @@ int run_generate(GenerateArgs& a) {
   if (!a.ignore_eos)
     for (int32_t id : {tokenizer->vocab().eos, tokenizer->vocab().eot})
       if (id >= 0) end_tokens.push_back(id);
-  auto stats = generator.generate(prompt, a.n_predict, sampler, end_tokens, [&](int32_t token) {
+  const auto on_token = [&](int32_t token) {
     const std::string text = decoder.push(token);
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
     return true;
-  });
+  };
+  auto stats = spec ? spec->generate(prompt, a.n_predict, sampler, end_tokens, on_token)
+                    : plain->generate(prompt, a.n_predict, sampler, end_tokens, on_token);
   const std::string rest = decoder.flush();
   std::fwrite(rest.data(), 1, rest.size(), stdout);
   std::fputs("\n", stdout);
@@ -86,6 +126,7 @@ int run_generate(GenerateArgs& a) {
   std::fprintf(stderr, "generation: %d tokens in %.3f s (%.2f tokens/s)\n", s.n_generated, s.generate_s,
                s.generate_s > 0 ? (s.n_generated > 1 ? (s.n_generated - 1) / s.generate_s : s.n_generated / s.generate_s)
                                 : 0.0);
+  if (spec) print_spec_stats(spec->stats(), spec->target_forwards(), s.n_generated);
   return 0;
 }
 
@@ -115,6 +156,12 @@ void add_generate(CLI::App& app, Action& run) {
   cmd->add_option("-s,--seed", args->seed, "Random seed (-1: random)");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "Keep generating past end-of-sequence tokens");
   add_cache_type_options(cmd, args->kv_type);
+  cmd->add_option("-md,--draft-model", args->draft_model, "Draft model for speculative decoding (same vocabulary)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--spec-ngram", args->spec.ngram, "Speculative decoding with n-gram drafts: the longest n-gram looked up (0: off)")
+      ->check(CLI::Range(0, 64));
+  cmd->add_option("--draft-max,--draft", args->spec.draft_max, "Most tokens drafted per step")->check(CLI::Range(1, 64));
+  cmd->add_option("--draft-min", args->spec.draft_min, "Fewer drafted than this: a plain step")->check(CLI::Range(0, 64));
   cmd->add_flag("--no-display-prompt", args->no_display_prompt, "Do not echo the prompt");
   cmd->callback([&run, args] { run = [args] { return run_generate(*args); }; });
 }

@@ -10,7 +10,8 @@ namespace kestrel::cli {
 void add_make_model(CLI::App& app, Action& run) {
   struct Args {
     MakeModelOptions options;
-    std::string output, preset;
+    std::string output, preset, draft_output;
+    int draft_layers = 2;
   };
   auto a = std::make_shared<Args>();
   ModelShape& s = a->options.shape;
@@ -30,6 +31,13 @@ void add_make_model(CLI::App& app, Action& run) {
   cmd->add_option("--experts-used", s.n_expert_used, "Experts per token")->check(CLI::Range(0, 1024));
   cmd->add_flag("--tied", s.tied_output, "Share token_embd as the output matrix");
   cmd->add_option("--seed", a->options.seed, "Random seed");
+  cmd->add_option("--draft-output", a->draft_output,
+                  "Also write a draft model for speculative decoding: the first --draft-layers layers of this one, "
+                  "whose later layers' output projections are scaled by --perturb");
+  cmd->add_option("--draft-layers", a->draft_layers, "Layers of the draft model")->check(CLI::Range(1, 1024));
+  cmd->add_option("--perturb", a->options.perturb_scale,
+                  "Scale of the target's layers past the draft's (smaller: the draft agrees more often)")
+      ->check(CLI::Range(0.0, 10.0));
   cmd->callback([&run, a, cmd] {
     run = [a, cmd] {
       if (!a->preset.empty()) {
@@ -40,14 +48,29 @@ void add_make_model(CLI::App& app, Action& run) {
         }
         a->options.shape.arch = base.shape.arch;  // presets fix the shape; --arch still applies
       }
-      Timer timer;
-      auto st = make_model(a->options, a->output, progress_bar("writing"));
-      if (!st.ok()) {
-        std::fprintf(stderr, "error: %s\n", st.error().c_str());
-        return 1;
+      if (!a->draft_output.empty()) {
+        if (a->draft_layers >= a->options.shape.n_layers) {
+          std::fprintf(stderr, "error: --draft-layers must be fewer than the model's %d layers\n", a->options.shape.n_layers);
+          return 1;
+        }
+        a->options.perturb_from_layer = a->draft_layers;
       }
-      std::fprintf(stderr, "wrote %s in %.1f s\n", a->output.c_str(), timer.elapsed_s());
-      return 0;
+      const auto write = [](const MakeModelOptions& options, const std::string& path) {
+        Timer timer;
+        auto st = make_model(options, path, progress_bar("writing"));
+        if (!st.ok()) {
+          std::fprintf(stderr, "error: %s\n", st.error().c_str());
+          return false;
+        }
+        std::fprintf(stderr, "wrote %s in %.1f s\n", path.c_str(), timer.elapsed_s());
+        return true;
+      };
+      if (!write(a->options, a->output)) return 1;
+      if (a->draft_output.empty()) return 0;
+      MakeModelOptions draft = a->options;
+      draft.shape.n_layers = a->draft_layers;
+      draft.perturb_from_layer = -1;
+      return write(draft, a->draft_output) ? 0 : 1;
     };
   });
 }

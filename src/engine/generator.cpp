@@ -23,6 +23,13 @@ void Generator::reset() {
   history_.clear();
 }
 
+void Generator::truncate(int32_t n) {
+  if (n >= n_past_) return;
+  pages_.truncate(kSeq, n);
+  n_past_ = n;
+  history_.resize(static_cast<size_t>(n));
+}
+
 Result<std::vector<float>> Generator::eval(std::span<const int32_t> tokens, bool all_logits) {
   const int32_t n_vocab = model_.hparams().n_vocab;
   if (tokens.empty()) return Error{"eval: no tokens"};

@@ -49,7 +49,10 @@ class Generator {
 
   // Forget the sequence and return its pages.
   void reset();
+  // Keep the first n tokens only (n <= n_past): later positions' pages go back (speculative rollback).
+  void truncate(int32_t n);
   int32_t n_past() const { return n_past_; }
+  int32_t n_ctx() const { return config_.n_ctx; }
   const std::vector<int32_t>& history() const { return history_; }
   const BlockPool& block_pool() const { return pages_.pool(); }
 

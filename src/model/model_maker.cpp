@@ -74,7 +74,16 @@ struct TensorPlan {
   std::vector<int64_t> dims;
   DType type;
   bool is_norm;  // 1-D: filled around 1 instead of 0
+  float scale = 1.0f;  // multiplies the random values (a speculative pair's perturbed output projections)
 };
+
+// A tensor's random stream is keyed by its name (FNV-1a), so two models that share tensor names share
+// their values (a draft model is its target's first layers).
+uint64_t name_key(const std::string& name) {
+  uint64_t h = 0xCBF29CE484222325ull;
+  for (unsigned char c : name) h = (h ^ c) * 0x100000001B3ull;
+  return h;
+}
 
 }  // namespace
 
@@ -159,22 +168,24 @@ Status make_model(const MakeModelOptions& options, const std::string& path,
       plan.push_back({p + "attn_k_norm.weight", {hd}, DType::F32, true});
     }
     const int64_t Dv = mla ? H * nope : E;
-    plan.push_back({p + "attn_output.weight", {Dv, E}, matrix_type("attn_output", Dv), false});
+    // Layers past a draft's are perturbations: their outputs into the residual stream are scaled down.
+    const float out_scale = options.perturb_from_layer >= 0 && il >= options.perturb_from_layer ? options.perturb_scale : 1.0f;
+    plan.push_back({p + "attn_output.weight", {Dv, E}, matrix_type("attn_output", Dv), false, out_scale});
     plan.push_back({p + "ffn_norm.weight", {E}, DType::F32, true});
     if (s.n_expert > 0 && il >= dense_lead) {
       plan.push_back({p + "ffn_gate_inp.weight", {E, s.n_expert}, DType::F32, false});
       if (n_shared > 0) {
         plan.push_back({p + "ffn_gate_shexp.weight", {E, F}, matrix_type("ffn_gate", E), false});
         plan.push_back({p + "ffn_up_shexp.weight", {E, F}, matrix_type("ffn_up", E), false});
-        plan.push_back({p + "ffn_down_shexp.weight", {F, E}, matrix_type("ffn_down", F), false});
+        plan.push_back({p + "ffn_down_shexp.weight", {F, E}, matrix_type("ffn_down", F), false, out_scale});
       }
       plan.push_back({p + "ffn_gate_exps.weight", {E, F, s.n_expert}, matrix_type("ffn_gate", E), false});
       plan.push_back({p + "ffn_up_exps.weight", {E, F, s.n_expert}, matrix_type("ffn_up", E), false});
-      plan.push_back({p + "ffn_down_exps.weight", {F, E, s.n_expert}, matrix_type("ffn_down", F), false});
+      plan.push_back({p + "ffn_down_exps.weight", {F, E, s.n_expert}, matrix_type("ffn_down", F), false, out_scale});
     } else {
       plan.push_back({p + "ffn_gate.weight", {E, F}, matrix_type("ffn_gate", E), false});
       plan.push_back({p + "ffn_up.weight", {E, F}, matrix_type("ffn_up", E), false});
-      plan.push_back({p + "ffn_down.weight", {F, E}, matrix_type("ffn_down", F), false});
+      plan.push_back({p + "ffn_down.weight", {F, E}, matrix_type("ffn_down", F), false, out_scale});
     }
   }
   plan.push_back({"output_norm.weight", {E}, DType::F32, true});
@@ -235,8 +246,8 @@ Status make_model(const MakeModelOptions& options, const std::string& path,
       workers.emplace_back([&, th] {
         std::vector<float> row(static_cast<size_t>(n_in));  // [n_in]
         for (size_t r = th; r < n_rows; r += n_threads) {
-          const uint64_t stream = options.seed * 0x100000001B3ull ^ (static_cast<uint64_t>(index) << 32) ^ r;
-          fill_normal(row.data(), row.size(), stream, t.is_norm ? 1.0f : 0.0f, t.is_norm ? 0.1f : 0.05f);
+          const uint64_t stream = options.seed * 0x100000001B3ull ^ name_key(t.name) ^ (r * 0x9E3779B97F4A7C15ull);
+          fill_normal(row.data(), row.size(), stream, t.is_norm ? 1.0f : 0.0f, t.is_norm ? 0.1f : 0.05f * t.scale);
           quantize_row(t.type, row.data(), bytes.data() + r * row_size, row.size());
         }
       });

@@ -31,6 +31,12 @@ struct MakeModelOptions {
   // ffn_down in some layers, as llama.cpp mixes it).
   std::string weight_type = "f32";
   uint64_t seed = 42;
+  // Speculative-decoding pairs: from this layer on (-1: none) the output projections (attn_output,
+  // ffn_down) are scaled by perturb_scale, so the model is its first perturb_from_layer layers plus a small
+  // perturbation, and a draft made of those layers (same seed, n_layers = perturb_from_layer) predicts
+  // most of its tokens. Tensors are seeded by name, so the pair shares every tensor it has in common.
+  int perturb_from_layer = -1;
+  float perturb_scale = 1.0f;
 };
 
 Status make_model(const MakeModelOptions& options, const std::string& path,

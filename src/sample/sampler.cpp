@@ -31,8 +31,19 @@ uint64_t choice_seed(uint64_t seed, int32_t index) {
 
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
 
+double TokenDistribution::probability(int32_t token) const {
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] == token) return weights[i] / total;
+  return 0;
+}
+
 int32_t Sampler::sample(float* logits, int32_t n_vocab, const std::vector<int32_t>& history) {
+  return draw(distribution(logits, n_vocab, history));
+}
+
+TokenDistribution Sampler::distribution(float* logits, int32_t n_vocab, const std::vector<int32_t>& history) const {
   const SamplingParams& p = params_;
+  TokenDistribution d;
   // 0. Logit bias.
   for (const auto& [token, bias] : p.logit_bias)
     if (token >= 0 && token < n_vocab) logits[token] += bias;
@@ -48,11 +59,17 @@ int32_t Sampler::sample(float* logits, int32_t n_vocab, const std::vector<int32_
       l -= static_cast<float>(count) * p.frequency_penalty + p.presence_penalty;
     }
   }
-  // 2. Greedy.
-  if (p.temperature <= 0) return static_cast<int32_t>(std::max_element(logits, logits + n_vocab) - logits);
+  // 2. Greedy: all the mass on the first highest logit.
+  if (p.temperature <= 0) {
+    d.ids = {static_cast<int32_t>(std::max_element(logits, logits + n_vocab) - logits)};
+    d.weights = {1.0};
+    d.total = 1.0;
+    return d;
+  }
 
   // 3. Candidates sorted by logit (top-k first so the sort is partial).
-  std::vector<int32_t> ids(static_cast<size_t>(n_vocab));  // [n_candidates]
+  std::vector<int32_t>& ids = d.ids;  // [n_candidates]
+  ids.resize(static_cast<size_t>(n_vocab));
   std::iota(ids.begin(), ids.end(), 0);
   size_t n = ids.size();
   if (p.top_k > 0 && static_cast<size_t>(p.top_k) < n) n = static_cast<size_t>(p.top_k);
@@ -60,7 +77,8 @@ int32_t Sampler::sample(float* logits, int32_t n_vocab, const std::vector<int32_
                     [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
   ids.resize(n);
   // 4. Softmax with temperature.
-  std::vector<double> probs(n);  // [n_candidates]
+  std::vector<double>& probs = d.weights;  // [n_candidates]
+  probs.resize(n);
   const double max = logits[ids[0]];
   double sum = 0;
   for (size_t i = 0; i < n; ++i) sum += (probs[i] = std::exp((logits[ids[i]] - max) / p.temperature));
@@ -81,16 +99,23 @@ int32_t Sampler::sample(float* logits, int32_t n_vocab, const std::vector<int32_
     }
     n = keep;
   }
-  // 7. Draw.
-  double total = 0;
-  for (size_t i = 0; i < n; ++i) total += probs[i];
-  const double r = std::uniform_real_distribution<double>(0.0, total)(rng_);
-  double acc = 0;
-  for (size_t i = 0; i < n; ++i) {
-    acc += probs[i];
-    if (r < acc) return ids[i];
-  }
-  return ids[n - 1];
+  ids.resize(n);
+  probs.resize(n);
+  for (size_t i = 0; i < n; ++i) d.total += probs[i];
+  return d;
 }
+
+int32_t Sampler::draw(const TokenDistribution& d) {
+  if (greedy()) return d.ids[0];  // no RNG use, as sampling at temperature 0 never drew
+  const double r = std::uniform_real_distribution<double>(0.0, d.total)(rng_);
+  double acc = 0;
+  for (size_t i = 0; i < d.ids.size(); ++i) {
+    acc += d.weights[i];
+    if (r < acc) return d.ids[i];
+  }
+  return d.ids.back();
+}
+
+double Sampler::uniform() { return std::uniform_real_distribution<double>(0.0, 1.0)(rng_); }
 
 }  // namespace kestrel

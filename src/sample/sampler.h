@@ -35,12 +35,30 @@ struct SamplingParams {
 // of seed 1 is not choice 0 of seed 2).
 uint64_t choice_seed(uint64_t seed, int32_t index);
 
+// The distribution a sampler draws from, after every transform: candidates most likely first with their
+// unnormalised kept probabilities (probability of ids[i] = weights[i] / total). Greedy: one candidate.
+struct TokenDistribution {
+  std::vector<int32_t> ids;     // [n_candidates]
+  std::vector<double> weights;  // [n_candidates]
+  double total = 0;
+
+  double probability(int32_t token) const;  // 0 for a token that is not a candidate
+};
+
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& params);
 
   // logits: [n_vocab], modified in place. history: tokens so far (prompt and generated) for penalties.
   int32_t sample(float* logits, int32_t n_vocab, const std::vector<int32_t>& history);
+  // The distribution sample() draws from (logits modified in place, as there), without drawing.
+  TokenDistribution distribution(float* logits, int32_t n_vocab, const std::vector<int32_t>& history) const;
+  // A draw from d with this sampler's RNG (sample() == draw(distribution()), the same RNG use).
+  int32_t draw(const TokenDistribution& d);
+  // A uniform number in [0, 1) from this sampler's RNG (speculative acceptance tests).
+  double uniform();
+  bool greedy() const { return params_.temperature <= 0; }
+  const SamplingParams& params() const { return params_; }
 
  private:
   SamplingParams params_;
