@@ -156,7 +156,7 @@ void add_generate(CLI::App& app, Action& run) {
   cmd->add_option("-s,--seed", args->seed, "Random seed (-1: random)");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "Keep generating past end-of-sequence tokens");
   add_cache_type_options(cmd, args->kv_type);
-  cmd->add_option("-md,--draft-model", args->draft_model, "Draft model for speculative decoding (same vocabulary)")
+  cmd->add_option("--draft-model", args->draft_model, "Draft model for speculative decoding (same vocabulary; also -md)")
       ->check(CLI::ExistingFile);
   cmd->add_option("--spec-ngram", args->spec.ngram, "Speculative decoding with n-gram drafts: the longest n-gram looked up (0: off)")
       ->check(CLI::Range(0, 64));

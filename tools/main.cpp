@@ -29,8 +29,10 @@ int main(int argc, char** argv) {
   kestrel::cli::add_serve(app, run);
   // llama.cpp's multi-letter short flags, which CLI11 cannot declare.
   std::vector<std::string> args(argv + 1, argv + argc);
-  for (std::string& a : args)
+  for (std::string& a : args) {
     if (a == "-np") a = "--parallel";
+    if (a == "-md") a = "--draft-model";
+  }
   std::reverse(args.begin(), args.end());  // CLI11 takes the arguments in reverse order
   try {
     app.parse(args);
