@@ -8,11 +8,7 @@
 namespace kestrel {
 namespace {
 
-std::vector<int32_t> iota_tokens(int32_t n, int32_t first = 100) {
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  std::iota(t.begin(), t.end(), first);
-  return t;
-}
+using test::iota_tokens;
 
 TEST(KvManager, AllocatesPagesAndCountsRoom) {
   KvManager kv(6, 4, false);

@@ -9,11 +9,7 @@
 namespace kestrel {
 namespace {
 
-std::vector<int32_t> iota_tokens(int32_t n, int32_t first = 100) {
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  std::iota(t.begin(), t.end(), first);
-  return t;
-}
+using test::iota_tokens;
 
 void expect_accounting(const BlockPool& pool) {
   EXPECT_EQ(pool.n_free() + pool.n_cached() + pool.n_in_use(), pool.n_blocks());

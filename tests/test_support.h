@@ -5,9 +5,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <cstdint>
 #include <fstream>
+#include <numeric>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace kestrel::test {
 
@@ -34,6 +37,13 @@ inline std::string read_file(const std::string& path) {
 inline std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() /
           ("kestrel-test-" + std::to_string(::getpid()) + "-" + name)).string();
+}
+
+// n consecutive token ids from `first` (toy prompts whose runs never repeat).
+inline std::vector<int32_t> iota_tokens(int32_t n, int32_t first = 100) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  std::iota(t.begin(), t.end(), first);
+  return t;
 }
 
 // Runs a shell command, returning its exit status and stdout.
