@@ -212,7 +212,7 @@ void register_all() {
     if (isa == Isa::Scalar) continue;
     for (DType type : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K})
       for (size_t rows : {size_t{2048}, size_t{32768}})
-        for (int n_tok : {1, 8, 64})
+        for (int n_tok : {1, 2, 4, 8, 64})
           benchmark::RegisterBenchmark((std::string("packed_gemm/") + kestrel::dtype_name(type) + "/" +
                                         kestrel::isa_name(isa) + "/rows:" + std::to_string(rows) +
                                         "/tokens:" + std::to_string(n_tok)).c_str(),

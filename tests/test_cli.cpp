@@ -121,6 +121,34 @@ TEST(Cli, BenchReportsLlamaBenchRows) {
   std::filesystem::remove(model);
 }
 
+// kestrel bench with a draft model or n-gram drafts: greedy generation with and without speculation (the
+// outputs must agree, or the command fails), its speed-up, acceptance and tokens per target forward.
+TEST(Cli, BenchMeasuresSpeculativeDecoding) {
+  const std::string target = test::temp_path("spec-target.gguf"), draft = test::temp_path("spec-draft.gguf");
+  std::string out;
+  ASSERT_EQ(test::run_command(kestrel_cmd("make-model -o " + target + " --type q8_0 --layers 2 --draft-output " + draft +
+                                          " --draft-layers 1 --perturb 0.01 2>&1"), out), 0) << out;
+  for (const std::string& drafter : {"-md " + draft, std::string("--spec-ngram 2")}) {
+    ASSERT_EQ(test::run_command(kestrel_cmd("bench -m " + target + " -p 0 -n 24 -r 1 -t 2 --no-bandwidth --draft-max 3 " +
+                                            drafter + " -o json 2>/dev/null"), out), 0) << out;
+    const auto rows = nlohmann::json::parse(out, nullptr, false);
+    ASSERT_TRUE(rows.is_array() && rows.size() == 2u) << out;
+    const auto& spec = rows[1];
+    EXPECT_EQ(spec["test"], "spec-tg24");
+    EXPECT_GT(spec["speedup"].get<double>(), 0);
+    EXPECT_GE(spec["tokens_per_target_forward"].get<double>(), 1.0);
+    EXPECT_LE(spec["acceptance"].get<double>(), 1.0);
+    if (drafter[1] == 'm') {
+      EXPECT_GT(spec["acceptance"].get<double>(), 0.3);  // the pair's draft mostly agrees
+    }
+  }
+  EXPECT_NE(test::run_command(kestrel_cmd("make-model -o " + target + " --layers 2 --draft-output " + draft +
+                                          " --draft-layers 2 2>&1"), out), 0);
+  EXPECT_NE(out.find("--draft-layers"), std::string::npos) << out;
+  std::filesystem::remove(target);
+  std::filesystem::remove(draft);
+}
+
 // kestrel serve: chat works on a model without a template (ChatML, with a warning); the first SIGINT drains
 // (new requests get 503), the second stops at once although the
 // drain limit (--shutdown-timeout 120) is far off, and the stream it cut off ends with finish_reason

@@ -10,6 +10,7 @@
 #include <numeric>
 #include <random>
 
+#include "bench_speculative.h"
 #include "common.h"
 #include "compute/cpu/isa.h"
 #include "core/timer.h"
@@ -33,6 +34,8 @@ struct BenchArgs {
   KvType kv_type = KvType::F16;
   bool measure_bandwidth = true;
   bool interleave_depths = false;  // decode rows of different depths measured token by token in turn
+  std::string draft_model;          // speculative decoding rows (with --spec-ngram)
+  SpecBenchArgs spec;
 };
 
 // Several sequences sharing one KV page pool; each step runs one forward over all of them.
@@ -176,6 +179,53 @@ void measure_depths_interleaved(const Model& model, ThreadPool& pool, const Benc
   }
 }
 
+// Speculative decoding: greedy generation of each -n length with and without it, on each model; a table
+// of its own in md, rows "spec-tg<n>" in json.
+int measure_speculative(const BenchArgs& a, ThreadPool& pool, nlohmann::json& json_rows) {
+  std::unique_ptr<Model> draft;
+  if (!a.draft_model.empty() && !(draft = load_model(a.draft_model, true))) return 1;
+  const std::string drafter = draft ? "draft " + a.draft_model : "n-gram " + std::to_string(a.spec.spec.ngram);
+  if (a.output == "md") {
+    std::printf("\n| model | drafter | K | test | plain t/s | speculative t/s | ratio | acceptance | tokens per target forward |\n");
+    std::printf("| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n");
+  }
+  for (const std::string& path : a.models) {
+    auto model = load_model(path, true);
+    if (!model) return 1;
+    for (int ng : a.n_gen) {
+      if (ng <= 0) continue;
+      SpecBenchArgs s = a.spec;
+      s.n_gen = ng;
+      s.repetitions = a.repetitions;
+      s.block_size = a.block_size;
+      s.kv_type = a.kv_type;
+      auto r = bench_speculative(*model, draft.get(), pool, s);
+      if (!r.ok()) {
+        std::fprintf(stderr, "error: %s\n", r.error().c_str());
+        return 1;
+      }
+      const double plain = Row::mean(r->plain_ts), spec = Row::mean(r->spec_ts);
+      const std::string test = "tg" + std::to_string(ng) + " (prompt " + std::to_string(r->n_prompt) + ")";
+      if (a.output == "md")
+        std::printf("| %s | %s | %d | %s | %.2f | %.2f | %.2fx | %.1f%% | %.2f |\n", path.c_str(), drafter.c_str(),
+                    s.spec.draft_max, test.c_str(), plain, spec, spec / plain, 100.0 * r->acceptance, r->tokens_per_forward);
+      json_rows.push_back({{"model_filename", path},
+                           {"test", "spec-tg" + std::to_string(ng)},
+                           {"drafter", drafter},
+                           {"draft_max", s.spec.draft_max},
+                           {"n_prompt", r->n_prompt},
+                           {"n_gen", ng},
+                           {"plain_samples_ts", r->plain_ts},
+                           {"samples_ts", r->spec_ts},
+                           {"avg_ts", spec},
+                           {"speedup", spec / plain},
+                           {"acceptance", r->acceptance},
+                           {"tokens_per_target_forward", r->tokens_per_forward}});
+    }
+  }
+  return 0;
+}
+
 int run_bench(BenchArgs& a) {
   ThreadPool pool(a.threads);
   nlohmann::json json_rows = nlohmann::json::array();
@@ -279,6 +329,8 @@ int run_bench(BenchArgs& a) {
                            {"bandwidth_fraction_samples", row.ceiling_fractions}});
     }
   }
+  if (!a.draft_model.empty() || a.spec.spec.ngram > 0)
+    if (int rc = measure_speculative(a, pool, json_rows); rc != 0) return rc;
   if (a.output == "json") std::printf("%s\n", json_rows.dump(2).c_str());
   return 0;
 }
@@ -306,6 +358,13 @@ void add_bench(CLI::App& app, Action& run) {
   cmd->add_flag("--interleave-depths", a->interleave_depths,
                 "Measure the decode rows of the -d depths token by token in turn (their ratio free of drift)");
   add_cache_type_options(cmd, a->kv_type);
+  cmd->add_option("--draft-model", a->draft_model, "Also measure speculative decoding with this draft model (also -md)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--spec-ngram", a->spec.spec.ngram, "Also measure speculative decoding with n-gram drafts")
+      ->check(CLI::Range(0, 64));
+  cmd->add_option("--draft-max,--draft", a->spec.spec.draft_max, "Most tokens drafted per step")->check(CLI::Range(1, 64));
+  cmd->add_option("--draft-min", a->spec.spec.draft_min, "Fewer drafted than this: a plain step")->check(CLI::Range(0, 64));
+  cmd->add_option("--spec-prompt", a->spec.prompt, "Prompt of the speculative rows (greedy generation)");
   CLI::App* serve = add_bench_serve(*cmd, run);
   cmd->require_subcommand(0, 1);
   cmd->callback([&run, a, serve] {
