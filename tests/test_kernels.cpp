@@ -531,12 +531,15 @@ TEST(Kernels, AttentionStoringRowsEqualsStoreThenAttend) {
 // and 6-token pages (the generic path).
 TEST(Kernels, PagedAttentionMatchesFullSoftmax) {
   ThreadPool pool(2);
-  const int n_heads = 8, n_kv = 2, hd = 64, n_blocks = 48;
+  const int n_heads = 8, n_kv = 2, n_blocks = 48;
+  // Head widths on the 16-lane grid, and off it (value lanes past the last vector: tiny models' 8).
+  for (const int hd : {64, 8, 40, 12})
   for (const auto& [bs, type] : std::vector<std::pair<int, KvType>>{
            {16, KvType::F32}, {16, KvType::F16}, {32, KvType::F16}, {16, KvType::BF16}, {32, KvType::BF16},
            {4, KvType::F32}, {4, KvType::F16}, {4, KvType::BF16}, {8, KvType::F32}, {8, KvType::F16},
            {8, KvType::BF16}, {6, KvType::F32}, {6, KvType::F16}}) {
-    SCOPED_TRACE("block_size " + std::to_string(bs) + " type " + std::to_string(static_cast<int>(type)));
+    SCOPED_TRACE("head width " + std::to_string(hd) + " block_size " + std::to_string(bs) + " type " +
+                 std::to_string(static_cast<int>(type)));
     const size_t elems = static_cast<size_t>(n_blocks) * n_kv * bs * hd, bytes = elems * (type == KvType::F16 ? 2 : 4);
     std::vector<uint8_t> k(bytes), v(bytes);
     KvLayerView kv{k.data(), v.data(), type, true, bs, n_kv, hd, hd, hd, n_blocks};

@@ -114,9 +114,10 @@ bool tokens_in_distinct_sequences(const AttentionRows& rows) {
 
 void attention_paged_on(Isa isa, ThreadPool& pool, const float* q, const KvLayerView& kv, const AttentionRows& rows,
                         float* out, int n_tok, int n_heads, float scale, const ops::KvWrite* write) {
+  // Value widths off the 16-lane grid finish with scalar lanes, except on BF16 pages (pair-interleaved).
   const bool fast = kv.k_transposed && !kv.v_in_k() && attend_page_size_ok(kv.block_size) &&
-                    kv.k_dim <= kAttendMaxDim && kv.v_dim <= kAttendMaxDim && kv.v_dim % kAttendTile == 0 &&
-                    kv.k_dim % 2 == 0;
+                    kv.k_dim <= kAttendMaxDim && kv.v_dim <= kAttendMaxDim && kv.k_dim % 2 == 0 &&
+                    (kv.v_dim % kAttendTile == 0 || kv.type != KvType::BF16);
   const AttendFn attend_fn = fast ? attend_kernel(kv.type, isa) : nullptr;
   if (write && !(attend_fn && tokens_in_distinct_sequences(rows))) {
     ops::kv_store(kv, rows, *write, n_tok);

@@ -6,7 +6,8 @@
 // Written once over a small vector interface and compiled per ISA: included by attention.cpp (scalar),
 // attention_avx2.cpp and attention_avx512.cpp, each of which defines its vector type first (see
 // attend_chunk). Everything here has internal linkage and uses no library code, so ISA copies never mix.
-// Head widths must be multiples of the vector width (16 covers every model here). Pages hold a multiple of
+// Key widths may be any even number; value widths that are not a multiple of the vector width finish with
+// scalar lanes (tiny models: stories260K's heads are 8 wide). Pages hold a multiple of
 // 16 tokens, or 4 or 8: then a vector's 16 keys span several pages and its lanes are assembled from the
 // pages' rows (V::load2 / V::load4 join halves / quarters), so small pages keep the same kernel.
 #pragma once
@@ -122,6 +123,30 @@ void attend_values(const float (*p)[kAttendChunk], const T* const* vrow, int n, 
     for (int s = 0; s < S; ++s) V::store(acc[g] + i + s * V::W, o[g][s]);
 }
 
+// IEEE half bits to float, here rather than from core/ so that ISA copies never share a function.
+inline float attend_half_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16, exponent = (h >> 10) & 0x1Fu, mantissa = h & 0x3FFu;
+  if (exponent == 0) return (sign ? -1.0f : 1.0f) * static_cast<float>(mantissa) * 0x1p-24f;  // zero, subnormal
+  const uint32_t bits = exponent == 31 ? sign | 0x7F800000u | (mantissa << 13) : sign | ((exponent + 112) << 23) | (mantissa << 13);
+  return __builtin_bit_cast(float, bits);
+}
+template <typename T>
+inline float attend_to_float(T x) {
+  if constexpr (sizeof(T) == 2) return attend_half_to_float(x);
+  else return x;
+}
+
+// acc[g][i .. dv) += sum over the chunk's n keys of p[g][j] * V row j: the value lanes past the last whole
+// vector, one at a time.
+template <typename T, int GC>
+void attend_values_tail(const float (*p)[kAttendChunk], const T* const* vrow, int n, int i, int dv, float (*acc)[kAttendMaxDim]) {
+  for (int j = 0; j < n; ++j)
+    for (int lane = i; lane < dv; ++lane) {
+      const float v = attend_to_float(vrow[j][lane]);
+      for (int g = 0; g < GC; ++g) acc[g][lane] += p[g][j] * v;
+    }
+}
+
 // GC query heads starting at g0 of the group (GC a compile-time count so score tiles stay in registers).
 // V is the including file's vector type: V::W lanes, V::kMaxGroup heads per pass, V::kTileKeys keys scored
 // per tile (a multiple of 16 and of W), V::kValueSlices value slices per accumulation pass, and zero, set1,
@@ -221,7 +246,8 @@ void attend_chunk(const AttendArgs& a, int g0) {
     // chunk (VS slices give GC * VS independent accumulation chains to hide the FMA latency).
     int i = 0;
     for (; i + VS * W <= dv; i += VS * W) attend_values<V, T, GC, VS>(p, vrow, n, i, acc);
-    for (; i < dv; i += W) attend_values<V, T, GC, 1>(p, vrow, n, i, acc);
+    for (; i + W <= dv; i += W) attend_values<V, T, GC, 1>(p, vrow, n, i, acc);
+    if (i < dv) attend_values_tail<T, GC>(p, vrow, n, i, dv, acc);
   }
   for (int g = 0; g < GC; ++g) {
     const float inv = 1.0f / l[g];
