@@ -104,16 +104,17 @@ class AheadPrefetch {
   int region_ = 0, line_ = 0, done_ = 0;   // the next line to fetch, and how many were
 };
 
-// acc[g][i .. i + S * W) += sum over the chunk's n keys of p[g][j] * V row j, for S slices of W lanes.
+// acc[g][i .. i + S * W) += sum over the chunk's n keys of p[g][j] * V row j from column vi, for S slices
+// of W lanes.
 template <typename V, typename T, int GC, int S>
-void attend_values(const float (*p)[kAttendChunk], const T* const* vrow, int n, int i, float (*acc)[kAttendMaxDim]) {
+void attend_values(const float (*p)[kAttendChunk], const T* const* vrow, int n, int vi, int i, float (*acc)[kAttendMaxDim]) {
   using vec = typename V::type;
   vec o[GC][S];
   for (int g = 0; g < GC; ++g)
     for (int s = 0; s < S; ++s) o[g][s] = V::load(acc[g] + i + s * V::W);
   for (int j = 0; j < n; ++j) {
     vec v[S];
-    for (int s = 0; s < S; ++s) v[s] = V::load(vrow[j] + i + s * V::W);
+    for (int s = 0; s < S; ++s) v[s] = V::load(vrow[j] + vi + s * V::W);
     for (int g = 0; g < GC; ++g) {
       const vec pj = V::set1(p[g][j]);
       for (int s = 0; s < S; ++s) o[g][s] = V::fma(pj, v[s], o[g][s]);
@@ -123,12 +124,14 @@ void attend_values(const float (*p)[kAttendChunk], const T* const* vrow, int n, 
     for (int s = 0; s < S; ++s) V::store(acc[g] + i + s * V::W, o[g][s]);
 }
 
-// IEEE half bits to float, here rather than from core/ so that ISA copies never share a function.
+// IEEE half bits to float, here rather than from core/ so that ISA copies never share a function. The
+// magnitude bits shifted into a float's place and scaled by 2^112 rebias the exponent (subnormals too);
+// infinities and NaNs keep an all-ones exponent.
 inline float attend_half_to_float(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16, exponent = (h >> 10) & 0x1Fu, mantissa = h & 0x3FFu;
-  if (exponent == 0) return (sign ? -1.0f : 1.0f) * static_cast<float>(mantissa) * 0x1p-24f;  // zero, subnormal
-  const uint32_t bits = exponent == 31 ? sign | 0x7F800000u | (mantissa << 13) : sign | ((exponent + 112) << 23) | (mantissa << 13);
-  return __builtin_bit_cast(float, bits);
+  const uint32_t magnitude = static_cast<uint32_t>(h & 0x7FFFu) << 13;
+  float f = __builtin_bit_cast(float, magnitude) * 0x1p112f;
+  if ((h & 0x7C00u) == 0x7C00u) f = __builtin_bit_cast(float, magnitude | 0x7F800000u);
+  return (h & 0x8000u) ? -f : f;
 }
 template <typename T>
 inline float attend_to_float(T x) {
@@ -136,15 +139,19 @@ inline float attend_to_float(T x) {
   else return x;
 }
 
-// acc[g][i .. dv) += sum over the chunk's n keys of p[g][j] * V row j: the value lanes past the last whole
-// vector, one at a time.
-template <typename T, int GC>
+// acc[g][i .. dv) += sum over the chunk's n keys of p[g][j] * V row j, for the value lanes past the last
+// whole vector (fewer than W): each key's lanes are widened into a zero-padded row of W floats, and those
+// rows accumulate as whole vectors (lanes past dv are never read out).
+template <typename V, typename T, int GC>
 void attend_values_tail(const float (*p)[kAttendChunk], const T* const* vrow, int n, int i, int dv, float (*acc)[kAttendMaxDim]) {
-  for (int j = 0; j < n; ++j)
-    for (int lane = i; lane < dv; ++lane) {
-      const float v = attend_to_float(vrow[j][lane]);
-      for (int g = 0; g < GC; ++g) acc[g][lane] += p[g][j] * v;
-    }
+  constexpr int W = V::W;
+  alignas(64) float rows[kAttendChunk][W];  // [chunk keys][W] the tail lanes of each V row
+  const float* row_ptr[kAttendChunk];
+  for (int j = 0; j < n; ++j) {
+    for (int lane = 0; lane < W; ++lane) rows[j][lane] = i + lane < dv ? attend_to_float(vrow[j][i + lane]) : 0.0f;
+    row_ptr[j] = rows[j];
+  }
+  attend_values<V, float, GC, 1>(p, row_ptr, n, 0, i, acc);
 }
 
 // GC query heads starting at g0 of the group (GC a compile-time count so score tiles stay in registers).
@@ -171,7 +178,7 @@ void attend_chunk(const AttendArgs& a, int g0) {
   float m[GC], l[GC];
   for (int g = 0; g < GC; ++g) {
     for (int i = 0; i < d; ++i) q[g][i] = a.q[(g0 + g) * d + i] * a.scale;
-    for (int i = 0; i < dv; ++i) acc[g][i] = 0.0f;
+    for (int i = 0; i < (dv + W - 1) / W * W; ++i) acc[g][i] = 0.0f;  // lanes past dv too (a tail's vector)
     m[g] = -3.0e38f;
     l[g] = 0.0f;
   }
@@ -245,9 +252,9 @@ void attend_chunk(const AttendArgs& a, int g0) {
     // Values: per VS W-wide slices of the value width, the heads' accumulators stay in registers for the
     // chunk (VS slices give GC * VS independent accumulation chains to hide the FMA latency).
     int i = 0;
-    for (; i + VS * W <= dv; i += VS * W) attend_values<V, T, GC, VS>(p, vrow, n, i, acc);
-    for (; i + W <= dv; i += W) attend_values<V, T, GC, 1>(p, vrow, n, i, acc);
-    if (i < dv) attend_values_tail<T, GC>(p, vrow, n, i, dv, acc);
+    for (; i + VS * W <= dv; i += VS * W) attend_values<V, T, GC, VS>(p, vrow, n, i, i, acc);
+    for (; i + W <= dv; i += W) attend_values<V, T, GC, 1>(p, vrow, n, i, i, acc);
+    if (i < dv) attend_values_tail<V, T, GC>(p, vrow, n, i, dv, acc);
   }
   for (int g = 0; g < GC; ++g) {
     const float inv = 1.0f / l[g];
