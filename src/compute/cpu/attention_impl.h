@@ -124,21 +124,6 @@ void attend_values(const float (*p)[kAttendChunk], const T* const* vrow, int n, 
     for (int s = 0; s < S; ++s) V::store(acc[g] + i + s * V::W, o[g][s]);
 }
 
-// IEEE half bits to float, here rather than from core/ so that ISA copies never share a function. The
-// magnitude bits shifted into a float's place and scaled by 2^112 rebias the exponent (subnormals too);
-// infinities and NaNs keep an all-ones exponent.
-inline float attend_half_to_float(uint16_t h) {
-  const uint32_t magnitude = static_cast<uint32_t>(h & 0x7FFFu) << 13;
-  float f = __builtin_bit_cast(float, magnitude) * 0x1p112f;
-  if ((h & 0x7C00u) == 0x7C00u) f = __builtin_bit_cast(float, magnitude | 0x7F800000u);
-  return (h & 0x8000u) ? -f : f;
-}
-template <typename T>
-inline float attend_to_float(T x) {
-  if constexpr (sizeof(T) == 2) return attend_half_to_float(x);
-  else return x;
-}
-
 // acc[g][i .. dv) += sum over the chunk's n keys of p[g][j] * V row j, for the value lanes past the last
 // whole vector (fewer than W): each key's lanes are widened into a zero-padded row of W floats, and those
 // rows accumulate as whole vectors (lanes past dv are never read out).
@@ -147,8 +132,10 @@ void attend_values_tail(const float (*p)[kAttendChunk], const T* const* vrow, in
   constexpr int W = V::W;
   alignas(64) float rows[kAttendChunk][W];  // [chunk keys][W] the tail lanes of each V row
   const float* row_ptr[kAttendChunk];
+  T padded[W] = {};  // one row's tail lanes, then zeros, widened with one vector load
   for (int j = 0; j < n; ++j) {
-    for (int lane = 0; lane < W; ++lane) rows[j][lane] = i + lane < dv ? attend_to_float(vrow[j][i + lane]) : 0.0f;
+    for (int lane = 0; lane < dv - i; ++lane) padded[lane] = vrow[j][i + lane];
+    V::store(rows[j], V::load(padded));
     row_ptr[j] = rows[j];
   }
   attend_values<V, float, GC, 1>(p, row_ptr, n, 0, i, acc);
