@@ -10,7 +10,7 @@ log=$(mktemp)
 stream=$(mktemp)
 source "$(dirname "$0")/start_server.sh"
 trap 'kill -9 ${server:-} 2>/dev/null || true; rm -f "$log" "$stream"' EXIT
-start_server "$kestrel" "$log" -m "$model" -t 1 --shutdown-timeout 120
+start_server "$kestrel" "$log" -m "$model" -t 1 -c 8192 --shutdown-timeout 120
 # A model without a chat template gets ChatML, with a warning at start-up.
 chat=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/v1/chat/completions" \
   -H 'Content-Type: application/json' -d '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}' || true)
