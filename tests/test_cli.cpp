@@ -149,6 +149,21 @@ TEST(Cli, BenchMeasuresSpeculativeDecoding) {
   std::filesystem::remove(draft);
 }
 
+// kestrel serve with a draft model and with n-gram drafts: greedy completions equal the plain server's, one
+// at a time and 8 concurrent; /metrics counts drafted and accepted tokens.
+TEST(Cli, ServeSpeculatesWithoutChangingTheOutput) {
+  const std::string target = test::temp_path("serve-spec-target.gguf"), draft = test::temp_path("serve-spec-draft.gguf");
+  std::string out;
+  ASSERT_EQ(test::run_command(kestrel_cmd("make-model -o " + target + " --type q8_0 --layers 3 --draft-output " + draft +
+                                          " --draft-layers 1 --perturb 0.01 2>&1"), out), 0) << out;
+  const std::string cmd = "bash " + std::string(KESTREL_SOURCE_DIR) + "/tests/scripts/serve_speculative.sh " +
+                          KESTREL_BINARY + " " + target + " " + draft + " 2>&1";
+  EXPECT_EQ(test::run_command(cmd, out), 0) << out;
+  EXPECT_NE(out.find("8 concurrent; drafted="), std::string::npos) << out;
+  std::filesystem::remove(target);
+  std::filesystem::remove(draft);
+}
+
 // kestrel serve: chat works on a model without a template (ChatML, with a warning); the first SIGINT drains
 // (new requests get 503), the second stops at once although the
 // drain limit (--shutdown-timeout 120) is far off, and the stream it cut off ends with finish_reason

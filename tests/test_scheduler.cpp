@@ -33,6 +33,52 @@ std::vector<std::pair<int64_t, int32_t>> chunks(const StepPlan& plan) {
 
 using Chunks = std::vector<std::pair<int64_t, int32_t>>;
 
+// Speculative decoding: drafts ride with the pending token when budget and free pages allow (cut to fit,
+// never preempting), only verified ones join the sequence, and the rejected ones' pages go back at once.
+TEST(Scheduler, DraftsRunWithThePendingTokenAndRollBack) {
+  KvManager kv(4, 4, true);  // 16 positions
+  const BlockPool& pool = kv.pool();
+  SchedulerConfig config;
+  config.block_size = 4;
+  config.max_batch_tokens = 8;
+  Scheduler s(kv, config);
+  s.add(make_seq(1, 3));
+  StepPlan p = s.schedule(0);
+  run(s, p);  // tokens 100 101 102 7, the first three computed
+  EXPECT_EQ(pool.n_in_use(), 1);
+  s.set_drafts(1, {20, 21, 22, 23, 24, 25, 26, 27, 28});
+  p = s.schedule(0);
+  // The budget leaves 7 of 9 drafts: positions 3..10 on three pages.
+  ASSERT_EQ(p.chunks.size(), 1u);
+  EXPECT_EQ(p.chunks[0].start, 3);
+  EXPECT_EQ(p.chunks[0].tokens, (std::vector<int32_t>{7, 20, 21, 22, 23, 24, 25, 26}));
+  EXPECT_EQ(p.chunks[0].n_logits, 8);
+  EXPECT_EQ(p.chunks[0].pages.size(), 3u);
+  EXPECT_EQ(pool.n_in_use(), 3);
+  s.commit(p);
+  EXPECT_EQ(s.find(1)->n_computed, 4);  // drafts join only once verified
+  s.accept_drafts(1, 2);
+  s.append_token(1, 9);
+  EXPECT_EQ(s.find(1)->tokens, (std::vector<int32_t>{100, 101, 102, 7, 20, 21, 9}));
+  EXPECT_EQ(s.find(1)->n_computed, 6);
+  EXPECT_EQ(kv.pages(1).size(), 2u);  // positions 0..5: the third page went back
+  EXPECT_EQ(pool.n_in_use(), 2);
+  // Drafts only take pages nobody else needs: with the pool full they are dropped, not preempting anyone.
+  s.add(make_seq(2, 7, 300));
+  p = s.schedule(0);
+  run(s, p);  // 1 computes 9 (position 6) beside 2's prompt
+  EXPECT_EQ(pool.n_in_use(), 4);
+  s.set_drafts(1, {30, 31, 32, 33});
+  p = s.schedule(0);
+  ASSERT_EQ(p.chunks.size(), 2u);
+  EXPECT_EQ(p.chunks[0].tokens, (std::vector<int32_t>{7}));  // position 7 ends its page; 8 would need a new one
+  EXPECT_EQ(p.chunks[0].n_logits, 1);
+  EXPECT_TRUE(s.find(1)->drafts.empty());
+  EXPECT_EQ(s.n_preemptions(), 0);
+  run(s, p);
+  EXPECT_EQ(s.find(1)->n_computed, 8);
+}
+
 TEST(Scheduler, ChunkedPrefillRunsBesideDecodes) {
   KvManager kv(32, 16, false);
   const BlockPool& pool = kv.pool();

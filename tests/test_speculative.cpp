@@ -2,66 +2,21 @@
 // chi-square test against the target's own distribution, with a poor drafter so rejections happen), and
 // generation with a draft model or n-gram drafts giving the target's tokens exactly (greedy) or its
 // distribution (sampling).
-#include <cmath>
 #include <map>
 #include <random>
 
 #include "engine/speculative_generator.h"
-#include "model/model_maker.h"
 #include "spec/ngram_drafter.h"
 #include "spec/verify.h"
+#include "spec_test_support.h"
 #include "test_support.h"
 
 namespace kestrel {
 namespace {
 
-// P(X >= x) for X ~ chi-square with k degrees of freedom: the regularized upper incomplete gamma Q(k/2, x/2)
-// (series below a + 1, continued fraction above).
-double chi_square_survival(double x, int k) {
-  const double a = k / 2.0, z = x / 2.0;
-  if (z <= 0) return 1.0;
-  const double log_front = a * std::log(z) - z - std::lgamma(a);
-  if (z < a + 1) {
-    double term = 1.0 / a, sum = term;
-    for (int n = 1; n < 1000; ++n) sum += (term *= z / (a + n));
-    return 1.0 - sum * std::exp(log_front);
-  }
-  double b = z + 1 - a, c = 1e300, d = 1 / b, h = d;
-  for (int i = 1; i < 1000; ++i) {
-    const double an = -i * (i - a);
-    b += 2;
-    d = an * d + b;
-    c = b + an / c;
-    d = 1 / d;
-    h *= d * c;
-  }
-  return std::exp(log_front) * h;
-}
-
-// Two-sample chi-square test of equal distributions; bins with fewer than 10 counts together are pooled.
-double same_distribution_p_value(const std::map<int32_t, int>& a, const std::map<int32_t, int>& b) {
-  std::map<int32_t, std::pair<double, double>> bins;
-  for (const auto& [k, n] : a) bins[k].first += n;
-  for (const auto& [k, n] : b) bins[k].second += n;
-  std::vector<std::pair<double, double>> merged;
-  std::pair<double, double> pool{0, 0};
-  for (const auto& [k, ab] : bins) {
-    if (ab.first + ab.second < 10) {
-      pool.first += ab.first, pool.second += ab.second;
-      continue;
-    }
-    merged.push_back(ab);
-  }
-  if (pool.first + pool.second > 0) merged.push_back(pool);
-  double na = 0, nb = 0;
-  for (const auto& [x, y] : merged) na += x, nb += y;
-  double stat = 0;
-  for (const auto& [x, y] : merged) {
-    const double t = x + y, ea = t * na / (na + nb), eb = t * nb / (na + nb);
-    stat += (x - ea) * (x - ea) / ea + (y - eb) * (y - eb) / eb;
-  }
-  return chi_square_survival(stat, static_cast<int>(merged.size()) - 1);
-}
+using test::chi_square_survival;
+using test::Pair;
+using test::same_distribution_p_value;
 
 TEST(Speculative, ChiSquareSurvivalMatchesKnownValues) {
   EXPECT_NEAR(chi_square_survival(3.841, 1), 0.05, 1e-3);
@@ -149,38 +104,6 @@ TEST(Speculative, GreedyVerificationKeepsDraftsWhileTheyAreTheTargetsChoice) {
   EXPECT_EQ(v.n_accepted, 1);
   EXPECT_EQ(v.next, argmax[1]);  // the correction
 }
-
-// A (target, draft) pair as `kestrel make-model --draft-output` writes it, small enough for many runs.
-struct Pair {
-  std::unique_ptr<Model> target, draft, poor_draft;
-  Pair() {
-    MakeModelOptions o;
-    o.shape.n_embd = 64;
-    o.shape.n_layers = 3;
-    o.shape.n_heads = 4;
-    o.shape.n_kv_heads = 2;
-    o.shape.n_ff = 128;
-    o.shape.n_vocab = 300;
-    o.weight_type = "q8_0";
-    o.perturb_from_layer = 1;
-    o.perturb_scale = 0.03f;
-    target = load(o, "spec-target");
-    MakeModelOptions d = o;
-    d.shape.n_layers = 1;
-    d.perturb_from_layer = -1;
-    draft = load(d, "spec-draft");
-    d.seed = 1234;  // unrelated weights: a drafter that is mostly wrong
-    poor_draft = load(d, "spec-poor-draft");
-  }
-  static std::unique_ptr<Model> load(const MakeModelOptions& o, const std::string& name) {
-    const std::string path = test::temp_path(name + ".gguf");
-    EXPECT_TRUE(make_model(o, path).ok());
-    auto m = Model::load(path);
-    EXPECT_TRUE(m.ok()) << m.error();
-    std::filesystem::remove(path);
-    return m.ok() ? std::move(m).value() : nullptr;
-  }
-};
 
 std::vector<int32_t> run_plain(Generator& g, const std::vector<int32_t>& prompt, int n, Sampler& sampler) {
   std::vector<int32_t> out;

@@ -358,12 +358,7 @@ void add_bench(CLI::App& app, Action& run) {
   cmd->add_flag("--interleave-depths", a->interleave_depths,
                 "Measure the decode rows of the -d depths token by token in turn (their ratio free of drift)");
   add_cache_type_options(cmd, a->kv_type);
-  cmd->add_option("--draft-model", a->draft_model, "Also measure speculative decoding with this draft model (also -md)")
-      ->check(CLI::ExistingFile);
-  cmd->add_option("--spec-ngram", a->spec.spec.ngram, "Also measure speculative decoding with n-gram drafts")
-      ->check(CLI::Range(0, 64));
-  cmd->add_option("--draft-max,--draft", a->spec.spec.draft_max, "Most tokens drafted per step")->check(CLI::Range(1, 64));
-  cmd->add_option("--draft-min", a->spec.spec.draft_min, "Fewer drafted than this: a plain step")->check(CLI::Range(0, 64));
+  add_speculative_options(cmd, a->draft_model, a->spec.spec, false);  // also measure speculative decoding
   cmd->add_option("--spec-prompt", a->spec.prompt, "Prompt of the speculative rows (greedy generation)");
   CLI::App* serve = add_bench_serve(*cmd, run);
   cmd->require_subcommand(0, 1);

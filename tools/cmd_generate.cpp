@@ -72,13 +72,8 @@ int run_generate(GenerateArgs& a) {
   ThreadPool pool(a.threads);
   std::unique_ptr<Model> draft;
   if (!a.draft_model.empty()) {
-    draft = load_model(a.draft_model);
+    draft = load_draft_model(a.draft_model, *model);
     if (!draft) return 1;
-    auto draft_tokenizer = Tokenizer::from_gguf(draft->file());
-    if (!draft_tokenizer.ok() || draft_tokenizer->vocab().tokens != tokenizer->vocab().tokens) {
-      std::fprintf(stderr, "error: the draft model %s does not have the target's vocabulary\n", a.draft_model.c_str());
-      return 1;
-    }
   }
   const bool speculative = draft || a.spec.ngram > 0;
   std::unique_ptr<Generator> plain;
@@ -156,12 +151,7 @@ void add_generate(CLI::App& app, Action& run) {
   cmd->add_option("-s,--seed", args->seed, "Random seed (-1: random)");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "Keep generating past end-of-sequence tokens");
   add_cache_type_options(cmd, args->kv_type);
-  cmd->add_option("--draft-model", args->draft_model, "Draft model for speculative decoding (same vocabulary; also -md)")
-      ->check(CLI::ExistingFile);
-  cmd->add_option("--spec-ngram", args->spec.ngram, "Speculative decoding with n-gram drafts: the longest n-gram looked up (0: off)")
-      ->check(CLI::Range(0, 64));
-  cmd->add_option("--draft-max,--draft", args->spec.draft_max, "Most tokens drafted per step")->check(CLI::Range(1, 64));
-  cmd->add_option("--draft-min", args->spec.draft_min, "Fewer drafted than this: a plain step")->check(CLI::Range(0, 64));
+  add_speculative_options(cmd, args->draft_model, args->spec, false);
   cmd->add_flag("--no-display-prompt", args->no_display_prompt, "Do not echo the prompt");
   cmd->callback([&run, args] { run = [args] { return run_generate(*args); }; });
 }

@@ -7,6 +7,7 @@
 
 #include "common.h"
 #include "engine/engine.h"
+#include "engine/speculative_generator.h"
 #include "server/engine_loop.h"
 #include "server/http_server.h"
 #include "tokenizer/chat_template.h"
@@ -35,6 +36,8 @@ struct ServeArgs {
   double batch_wait_ms = 100;
   bool no_prefix_cache = false;
   KvType kv_type = KvType::F16;
+  std::string draft_model;  // speculative decoding
+  SpeculativeConfig spec;
 };
 
 int run_serve(ServeArgs& a) {
@@ -82,8 +85,17 @@ int run_serve(ServeArgs& a) {
   config.scheduler.batch_wait_ms = a.batch_wait_ms;
   config.scheduler.policy = a.policy == "static" ? BatchPolicy::Static
                             : a.policy == "dynamic" ? BatchPolicy::Dynamic : BatchPolicy::Continuous;
+  config.spec = a.spec;
+  std::unique_ptr<Model> draft;
+  if (!a.draft_model.empty() && !(draft = load_draft_model(a.draft_model, *model))) return 1;
+  if (draft || a.spec.ngram > 0) {
+    if (Status s = check_speculation(*model, draft.get(), a.spec); !s.ok()) {
+      std::fprintf(stderr, "error: %s\n", s.error().c_str());
+      return 1;
+    }
+  }
   ThreadPool pool(a.threads);
-  Engine engine(*model, pool, config);
+  Engine engine(*model, pool, config, draft.get());
   Metrics metrics;
   EngineLoop loop(engine, static_cast<size_t>(a.max_queue),
                   [&](const std::vector<StepOutput>&, const EngineStats& s) { metrics.engine_stats(s); });
@@ -176,6 +188,7 @@ void add_serve(CLI::App& app, Action& run) {
                   "Browser origin allowed to call the API (\"*\": any); otherwise cross-origin requests get 403");
   cmd->add_flag("--no-prefix-cache", args->no_prefix_cache, "Do not share KV blocks between requests");
   add_cache_type_options(cmd, args->kv_type);
+  add_speculative_options(cmd, args->draft_model, args->spec, true);
   cmd->callback([&run, args] { run = [args] { return run_serve(*args); }; });
 }
 

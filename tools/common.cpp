@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "core/timer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace kestrel::cli {
 
@@ -19,6 +20,32 @@ void add_cache_type_options(CLI::App* cmd, KvType& type) {
   cmd->add_option("--cache-type-v", type, "Must equal --cache-type-k (K and V share one element type)")
       ->transform(CLI::CheckedTransformer(kTypes, CLI::ignore_case))
       ->excludes(k);
+}
+
+void add_speculative_options(CLI::App* cmd, std::string& draft_model, SpeculativeConfig& spec, bool serving) {
+  cmd->add_option("--draft-model", draft_model, "Draft model for speculative decoding (same vocabulary; also -md)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--spec-ngram", spec.ngram, "Speculative decoding with n-gram drafts: the longest n-gram looked up (0: off)")
+      ->check(CLI::Range(0, 64));
+  cmd->add_option("--draft-max,--draft", spec.draft_max, "Most tokens drafted per step")->check(CLI::Range(1, 64))->capture_default_str();
+  cmd->add_option("--draft-min", spec.draft_min, "Fewer drafted than this: a plain step")->check(CLI::Range(0, 64))->capture_default_str();
+  if (serving)
+    cmd->add_option("--spec-max-batch", spec.max_batch, "Speculate only while at most this many sequences decode")
+        ->check(CLI::Range(1, 1 << 16))->capture_default_str();
+}
+
+std::unique_ptr<Model> load_draft_model(const std::string& path, const Model& target, bool quiet) {
+  auto draft = load_model(path, quiet);
+  if (!draft) return nullptr;
+  auto draft_vocab = Tokenizer::from_gguf(draft->file());
+  auto target_vocab = Tokenizer::from_gguf(target.file());
+  if (draft_vocab.ok() != target_vocab.ok() ||
+      (draft_vocab.ok() && draft_vocab->vocab().tokens != target_vocab->vocab().tokens) ||
+      draft->hparams().n_vocab != target.hparams().n_vocab) {
+    std::fprintf(stderr, "error: the draft model %s does not have the target's vocabulary\n", path.c_str());
+    return nullptr;
+  }
+  return draft;
 }
 
 int default_threads() { return std::max(1, static_cast<int>(std::thread::hardware_concurrency())); }

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "model/model.h"
+#include "spec/spec_config.h"
 
 namespace kestrel::cli {
 
@@ -24,6 +25,12 @@ CLI::App* add_bench_serve(CLI::App& bench, Action& run);
 int default_threads();
 // --cache-type-k / --cache-type-v (f16 or f32; K and V share one type), llama.cpp's long names.
 void add_cache_type_options(CLI::App* cmd, KvType& type);
+// Speculative decoding: --draft-model (-md), --spec-ngram, --draft-max/--draft, --draft-min, and in
+// serving --spec-max-batch.
+void add_speculative_options(CLI::App* cmd, std::string& draft_model, SpeculativeConfig& spec, bool serving);
+// Loads the draft model and checks that its tokenizer vocabulary is the target's; prints the error and
+// returns null otherwise.
+std::unique_ptr<Model> load_draft_model(const std::string& path, const Model& target, bool quiet = false);
 // Loads a model, drawing a progress bar on stderr when it is a terminal; prints the error and returns null.
 std::unique_ptr<Model> load_model(const std::string& path, bool quiet = false);
 // A progress callback that draws "label [#####     ] 42%" on a terminal, and nothing otherwise.

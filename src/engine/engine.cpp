@@ -4,6 +4,10 @@
 #include <cmath>
 #include <numeric>
 
+#include "engine/model_drafter.h"
+#include "spec/ngram_drafter.h"
+#include "spec/verify.h"
+
 namespace kestrel {
 
 const char* finish_reason_name(FinishReason r) {
@@ -25,14 +29,28 @@ int32_t usable_seq_len(const Model& model, const EngineConfig& config) {
 }
 }  // namespace
 
-Engine::Engine(const Model& model, ThreadPool& pool, const EngineConfig& config)
+Engine::Engine(const Model& model, ThreadPool& pool, const EngineConfig& config, const Model* draft)
     : model_(model),
       config_(config),
       max_seq_len_(usable_seq_len(model, config)),
       pages_(config.n_blocks, config.scheduler.block_size, config.prefix_caching),
       kv_(model.kv_spec(config.n_blocks, config.scheduler.block_size, config.kv_type)),
       scheduler_(pages_, config.scheduler),
-      runner_(model, pool, kv_) {}
+      runner_(model, pool, kv_),
+      drafter_(draft ? std::make_unique<ModelDrafter>(*draft, pool, config.n_blocks, config.scheduler.block_size,
+                                                      config.kv_type, config.scheduler.max_batch_tokens)
+                     : nullptr),
+      speculative_(draft != nullptr || config.spec.ngram > 0) {}
+
+Engine::~Engine() = default;
+
+Engine::Choice Engine::make_choice(int64_t request_id, int32_t index, std::shared_ptr<const Request> request,
+                                   SamplingParams params, bool forks_pending) const {
+  SamplingParams draft_params = params;
+  draft_params.seed = choice_seed(params.seed, 1 << 20);  // a stream of its own
+  return Choice{request_id, index, std::move(request), Sampler(params), forks_pending, Sampler(draft_params),
+                AdaptiveDraftLength(config_.spec.draft_min, config_.spec.draft_max), {}};
+}
 
 Result<int64_t> Engine::add_request(Request request) {
   const int32_t n_vocab = model_.hparams().n_vocab;
@@ -60,7 +78,7 @@ Result<int64_t> Engine::add_request(Request request) {
   seq.cache_salt = request.cache_salt;
   seq.arrival_ms = clock_.elapsed_s() * 1e3;
   auto shared = std::make_shared<const Request>(std::move(request));
-  choices_.emplace(seq_id, Choice{request_id, 0, shared, Sampler(shared->sampling), shared->n > 1});
+  choices_.emplace(seq_id, make_choice(request_id, 0, shared, shared->sampling, shared->n > 1));
   sequences_of_[request_id] = {seq_id};
   scheduler_.add(std::move(seq));
   return request_id;
@@ -76,47 +94,102 @@ void Engine::cancel(int64_t request_id) {
     out.index = choice.index;
     out.finish = FinishReason::Cancelled;
     cancelled_.push_back(std::move(out));
-    scheduler_.finish(seq_id);
-    choices_.erase(seq_id);
+    end_sequence(seq_id);
   }
   sequences_of_.erase(it);
 }
 
-GeneratedToken Engine::sample(Choice& choice, const Sequence& seq, const float* logits) {
-  const int32_t n_vocab = model_.hparams().n_vocab;
-  std::vector<float> work(logits, logits + n_vocab);  // [n_vocab] the sampler edits its copy
+void Engine::end_sequence(int64_t seq_id) {
+  scheduler_.finish(seq_id);
+  choices_.erase(seq_id);
+  if (drafter_) drafter_->forget(seq_id);
+}
+
+GeneratedToken Engine::with_logprobs(const Choice& choice, int32_t token, const float* logits) const {
   GeneratedToken out;
-  out.token = choice.sampler.sample(work.data(), n_vocab, seq.tokens);
-  if (choice.request->top_logprobs >= 0) {
-    const float max = *std::max_element(logits, logits + n_vocab);
-    double sum = 0;
-    for (int32_t i = 0; i < n_vocab; ++i) sum += std::exp(static_cast<double>(logits[i] - max));
-    const float log_z = max + static_cast<float>(std::log(sum));
-    out.logprob = logits[out.token] - log_z;
-    const int32_t k = std::min(choice.request->top_logprobs, n_vocab);
-    std::vector<int32_t> ids(static_cast<size_t>(n_vocab));
-    std::iota(ids.begin(), ids.end(), 0);
-    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
-                      [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
-    for (int32_t i = 0; i < k; ++i) out.top.push_back({ids[static_cast<size_t>(i)], logits[ids[static_cast<size_t>(i)]] - log_z});
-  }
+  out.token = token;
+  if (choice.request->top_logprobs < 0) return out;
+  const int32_t n_vocab = model_.hparams().n_vocab;
+  const float max = *std::max_element(logits, logits + n_vocab);
+  double sum = 0;
+  for (int32_t i = 0; i < n_vocab; ++i) sum += std::exp(static_cast<double>(logits[i] - max));
+  const float log_z = max + static_cast<float>(std::log(sum));
+  out.logprob = logits[token] - log_z;
+  const int32_t k = std::min(choice.request->top_logprobs, n_vocab);
+  std::vector<int32_t> ids(static_cast<size_t>(n_vocab));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
+                    [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+  for (int32_t i = 0; i < k; ++i) out.top.push_back({ids[static_cast<size_t>(i)], logits[ids[static_cast<size_t>(i)]] - log_z});
   return out;
 }
 
-FinishReason Engine::finish_reason(const Choice& choice, const Sequence& seq, int32_t token) const {
-  const auto& stops = choice.request->stop_tokens;
-  if (std::find(stops.begin(), stops.end(), token) != stops.end()) return FinishReason::Stop;
-  if (seq.n_generated() >= choice.request->max_tokens || seq.n_tokens() >= max_seq_len_) return FinishReason::Length;
-  return FinishReason::None;
+void Engine::propose_drafts() {
+  if (!speculative_) return;
+  std::vector<int64_t> decoding;  // running sequences with one pending token
+  for (int64_t id : scheduler_.running_ids()) {
+    const Sequence& seq = *scheduler_.find(id);
+    if (seq.n_tokens() - seq.n_computed == 1) decoding.push_back(id);
+  }
+  // Past the crossover a plain step is cheaper: verifying K + 1 rows per sequence no longer hides in the
+  // time the weights take to stream.
+  if (static_cast<int32_t>(decoding.size()) > config_.spec.max_batch) return;
+  std::vector<DraftJob> jobs;
+  for (int64_t id : decoding) {
+    const Sequence& seq = *scheduler_.find(id);
+    Choice& choice = choices_.at(id);
+    choice.draft_dists.clear();
+    if (choice.forks_pending) continue;
+    // No drafts past the request's length or the context: position n_tokens - 1 + K must fit.
+    const int32_t k = std::min({config_.spec.adaptive ? choice.draft_length.next() : config_.spec.draft_max,
+                                choice.request->max_tokens - seq.n_generated() - 1, max_seq_len_ - seq.n_tokens()});
+    if (k < std::max(1, config_.spec.draft_min)) continue;
+    if (!drafter_) {
+      std::vector<int32_t> drafts = ngram_draft(seq.tokens, config_.spec.ngram, k);
+      if (static_cast<int32_t>(drafts.size()) >= std::max(1, config_.spec.draft_min))
+        scheduler_.set_drafts(id, std::move(drafts));
+      continue;
+    }
+    DraftJob& job = jobs.emplace_back();
+    job.seq_id = id;
+    job.tokens = seq.tokens;
+    job.k = k;
+    job.sampler = &choice.draft_sampler;
+  }
+  if (jobs.empty()) return;
+  drafter_->propose(jobs);
+  for (DraftJob& job : jobs) {
+    if (static_cast<int32_t>(job.drafts.size()) < std::max(1, config_.spec.draft_min)) continue;
+    choices_.at(job.seq_id).draft_dists = std::move(job.dists);
+    scheduler_.set_drafts(job.seq_id, std::move(job.drafts));
+  }
+}
+
+std::vector<int32_t> Engine::next_tokens(Choice& choice, const Sequence& seq, const ScheduledChunk& c, float* rows) {
+  const int32_t n_vocab = model_.hparams().n_vocab;
+  const int32_t n_drafts = c.n_logits - 1;
+  if (n_drafts == 0) return {choice.sampler.sample(rows, n_vocab, seq.tokens)};
+  const std::span<const int32_t> drafts(c.tokens.data() + 1, static_cast<size_t>(n_drafts));
+  const std::span<const TokenDistribution> dists = drafter_ ? std::span<const TokenDistribution>(choice.draft_dists)
+                                                            : std::span<const TokenDistribution>();
+  const Verification v = verify_drafts(drafts, dists.first(dists.empty() ? 0 : static_cast<size_t>(n_drafts)), rows,
+                                       n_vocab, seq.tokens, choice.sampler);
+  spec_stats_.record(n_drafts, v.n_accepted);
+  choice.draft_length.update(n_drafts, v.n_accepted);
+  choice.draft_dists.clear();
+  std::vector<int32_t> tokens(drafts.begin(), drafts.begin() + v.n_accepted);
+  tokens.push_back(v.next);
+  return tokens;
 }
 
 std::vector<StepOutput> Engine::step() {
   std::vector<StepOutput> outputs;
   outputs.swap(cancelled_);
+  propose_drafts();
   const StepPlan plan = scheduler_.schedule(clock_.elapsed_s() * 1e3);
   if (plan.empty()) return outputs;
   ++steps_;
-  const std::vector<float> logits = runner_.run(plan);  // [plan.n_logits(), n_vocab]
+  std::vector<float> logits = runner_.run(plan);  // [plan.n_logits(), n_vocab]
   if (pages_.pool().n_in_use() > peak_blocks_used_) {
     peak_blocks_used_ = pages_.pool().n_in_use();
     peak_unused_tokens_ = static_cast<int64_t>(peak_blocks_used_) * config_.scheduler.block_size - kv_tokens_filled();
@@ -126,8 +199,8 @@ std::vector<StepOutput> Engine::step() {
   size_t row = 0;
   for (const ScheduledChunk& c : plan.chunks) {
     if (!c.samples()) continue;
+    float* rows = logits.data() + row * n_vocab;  // [c.n_logits, n_vocab]: the chunk's last tokens'
     row += static_cast<size_t>(c.n_logits);
-    const float* row_logits = logits.data() + (row - 1) * n_vocab;  // the chunk's last token's
     std::vector<int64_t> seq_ids = {c.seq_id};
     Choice& first = choices_.at(c.seq_id);
     if (first.forks_pending) {
@@ -138,7 +211,7 @@ std::vector<StepOutput> Engine::step() {
         scheduler_.fork(c.seq_id, child);
         SamplingParams params = first.request->sampling;
         params.seed = choice_seed(params.seed, i);
-        choices_.emplace(child, Choice{first.request_id, i, first.request, Sampler(params), false});
+        choices_.emplace(child, make_choice(first.request_id, i, first.request, params, false));
         sequences_of_[first.request_id].push_back(child);
         seq_ids.push_back(child);
       }
@@ -155,17 +228,29 @@ std::vector<StepOutput> Engine::step() {
         prompt_tokens_ += seq.n_prompt;
         prompt_tokens_cached_ += seq.n_cached_prompt;
       }
-      GeneratedToken token = sample(choice, seq, row_logits);
-      out.finish = finish_reason(choice, seq, token.token);
-      if (out.finish != FinishReason::Stop) {
-        scheduler_.append_token(seq_id, token.token);
-        out.tokens.push_back(std::move(token));
+      // Forked choices sample from the same rows: each from a copy (and logprobs from the raw logits).
+      std::vector<float> work(rows, rows + static_cast<size_t>(c.n_logits) * n_vocab);  // [c.n_logits, n_vocab]
+      const std::vector<float> raw = choice.request->top_logprobs >= 0 ? work : std::vector<float>();
+      const std::vector<int32_t> tokens = next_tokens(choice, seq, c, work.data());
+      // Accepted drafts join the sequence (their KV is kept); then its tokens are emitted up to a stop
+      // token (not emitted) or the length limit.
+      const int32_t n_generated = seq.n_generated(), n_tokens = seq.n_tokens();
+      scheduler_.accept_drafts(seq_id, static_cast<int32_t>(tokens.size()) - 1);
+      for (size_t i = 0; i < tokens.size() && out.finish == FinishReason::None; ++i) {
+        const auto& stops = choice.request->stop_tokens;
+        if (std::find(stops.begin(), stops.end(), tokens[i]) != stops.end()) {
+          out.finish = FinishReason::Stop;
+          break;
+        }
+        out.tokens.push_back(with_logprobs(choice, tokens[i], raw.empty() ? nullptr : raw.data() + i * n_vocab));
         ++generated_tokens_;
-        out.finish = finish_reason(choice, *scheduler_.find(seq_id), -1);
+        const auto n_out = static_cast<int32_t>(out.tokens.size());
+        if (n_generated + n_out >= choice.request->max_tokens || n_tokens + n_out >= max_seq_len_)
+          out.finish = FinishReason::Length;
       }
+      if (out.finish == FinishReason::None) scheduler_.append_token(seq_id, tokens.back());
       if (out.finish != FinishReason::None) {
-        scheduler_.finish(seq_id);
-        choices_.erase(seq_id);
+        end_sequence(seq_id);
         auto& ids = sequences_of_[out.request_id];
         ids.erase(std::find(ids.begin(), ids.end(), seq_id));
         if (ids.empty()) sequences_of_.erase(out.request_id);
@@ -210,6 +295,8 @@ EngineStats Engine::stats() const {
   s.generated_tokens = generated_tokens_;
   s.preemptions = scheduler_.n_preemptions();
   s.steps = steps_;
+  s.speculative = speculative_;
+  s.spec = spec_stats_;
   return s;
 }
 

@@ -3,6 +3,12 @@
 // running sequence) and returns what each request gained; cancel() ends a request and frees its blocks
 // at once. The engine sees token ids only, never JSON or text.
 //
+// Speculative decoding (a draft model, or n-gram drafts from each sequence's own tokens): before a step,
+// each decoding sequence proposes drafts; the step verifies them with the pending token in one chunk
+// (spec/verify.h), keeps the accepted prefix plus the target's own next token, and rolls the KV back
+// past the rest (Scheduler::accept_drafts). The output is the target's alone: the same tokens when
+// greedy, the same distribution when sampling. It runs only while at most spec.max_batch sequences decode.
+//
 // Contract: not thread-safe. One thread (the server's engine thread) makes every call.
 #pragma once
 #include <cstdint>
@@ -20,6 +26,8 @@
 #include "kv/kv_storage.h"
 #include "model/model.h"
 #include "sample/sampler.h"
+#include "spec/spec_config.h"
+#include "spec/spec_stats.h"
 
 namespace kestrel {
 
@@ -29,6 +37,7 @@ struct EngineConfig {
   bool prefix_caching = true;
   int32_t max_seq_len = 0;      // most tokens per sequence (0: the model's training context), capped by the pool
   SchedulerConfig scheduler;    // its block_size is the page size
+  SpeculativeConfig spec;       // used with a draft model, or when spec.ngram > 0
 };
 
 struct Request {
@@ -75,12 +84,16 @@ struct EngineStats {
   int64_t kv_peak_unused_tokens = 0;
   int64_t prompt_tokens = 0, prompt_tokens_cached = 0, generated_tokens = 0;
   int64_t preemptions = 0, steps = 0;
+  bool speculative = false;  // speculation configured
+  SpecStats spec;            // drafted and accepted tokens, by draft position
 };
 
 class Engine {
  public:
-  // The model and pool must outlive the engine.
-  Engine(const Model& model, ThreadPool& pool, const EngineConfig& config);
+  // The models and pool must outlive the engine. draft: a draft model for speculative decoding (null:
+  // none); its vocabulary must be the model's (check_speculation in engine/speculative_generator.h).
+  Engine(const Model& model, ThreadPool& pool, const EngineConfig& config, const Model* draft = nullptr);
+  ~Engine();
 
   // Queues a request; error (nothing queued) for an empty prompt, ids outside the vocabulary, a prompt
   // that leaves no room to generate, or out-of-range parameters.
@@ -101,10 +114,21 @@ class Engine {
     std::shared_ptr<const Request> request;
     Sampler sampler;
     bool forks_pending;  // n > 1: the other choices fork from this one once its prompt is computed
+    Sampler draft_sampler;                         // draws the draft model's tokens (its own RNG stream)
+    AdaptiveDraftLength draft_length;
+    std::vector<TokenDistribution> draft_dists;    // [drafts] the draft model's, for this step's verification
   };
-  GeneratedToken sample(Choice& choice, const Sequence& seq, const float* logits);
+  Choice make_choice(int64_t request_id, int32_t index, std::shared_ptr<const Request> request, SamplingParams params,
+                     bool forks_pending) const;
+  // Sets this step's drafts of the decoding sequences (speculative decoding).
+  void propose_drafts();
+  // The tokens a sampling chunk yields: one sampled, or the verified drafts and the target's next token.
+  // rows: [n_logits, n_vocab] the chunk's logits (modified in place).
+  std::vector<int32_t> next_tokens(Choice& choice, const Sequence& seq, const ScheduledChunk& c, float* rows);
+  // logits: [n_vocab] raw, read only when the request asks for logprobs.
+  GeneratedToken with_logprobs(const Choice& choice, int32_t token, const float* logits) const;
+  void end_sequence(int64_t seq_id);
   int64_t kv_tokens_filled() const;  // positions of in-use blocks holding a token (shared blocks once)
-  FinishReason finish_reason(const Choice& choice, const Sequence& seq, int32_t token) const;
 
   const Model& model_;
   EngineConfig config_;
@@ -113,6 +137,9 @@ class Engine {
   KvStorage kv_;     // the pages' K/V
   Scheduler scheduler_;
   ModelRunner runner_;
+  std::unique_ptr<class ModelDrafter> drafter_;  // the draft model's side, when speculating with one
+  bool speculative_;
+  SpecStats spec_stats_;
   Timer clock_;
   std::map<int64_t, Choice> choices_;                     // by sequence id
   std::map<int64_t, std::vector<int64_t>> sequences_of_;  // request id -> its sequence ids

@@ -63,6 +63,7 @@ void Scheduler::add_chunk(const Sequence& seq, int32_t n_new, StepPlan& plan) co
 void Scheduler::preempt(Sequence& seq, StepPlan& plan) {
   kv_.free(seq.id, seq.tokens, 0);  // computed full pages stay cached
   seq.n_computed = 0;
+  seq.drafts.clear();
   seq.status = SequenceStatus::Waiting;
   seq.n_skipped = config_.max_skips;  // it was running: it goes first when memory allows
   ++seq.n_preemptions;
@@ -136,6 +137,7 @@ StepPlan Scheduler::schedule(double now_ms) {
     add_chunk(seq, n_new, plan);
     budget -= n_new;
   }
+  add_drafts(budget, plan);
 
   // Waiting sequences join: aged ones first in arrival order, then the longest cached prefix first.
   if (budget > 0 && batch_quota_ > 0 && !waiting_.empty()) {
@@ -174,11 +176,51 @@ StepPlan Scheduler::schedule(double now_ms) {
   return plan;
 }
 
+void Scheduler::add_drafts(int32_t& budget, StepPlan& plan) {
+  std::vector<int64_t> drafting;
+  for (ScheduledChunk& c : plan.chunks) {
+    Sequence& seq = seqs_.at(c.seq_id);
+    if (seq.drafts.empty()) continue;
+    // Only a decode (its one pending token) verifies drafts; they get what budget and free pages are left.
+    const int32_t pending = c.start + c.n_tokens();
+    int32_t k = c.n_tokens() == 1 && pending == seq.n_tokens() ? static_cast<int32_t>(seq.drafts.size()) : 0;
+    k = std::min({k, budget, kv_.room(seq.id, pending)});
+    if (k <= 0 || !kv_.allocate(seq.id, pending, pending + k, plan.copies)) continue;
+    seq.drafts.resize(static_cast<size_t>(k));
+    c.tokens.insert(c.tokens.end(), seq.drafts.begin(), seq.drafts.end());
+    c.pages = kv_.pages(seq.id);
+    c.n_logits = 1 + k;
+    budget -= k;
+    drafting.push_back(seq.id);
+  }
+  // Drafts not run now are dropped (the engine proposes afresh each step).
+  for (int64_t id : running_)
+    if (std::find(drafting.begin(), drafting.end(), id) == drafting.end()) seqs_.at(id).drafts.clear();
+}
+
+void Scheduler::set_drafts(int64_t id, std::vector<int32_t> drafts) {
+  Sequence* seq = find(id);
+  if (seq && seq->status == SequenceStatus::Running && seq->n_tokens() - seq->n_computed == 1) seq->drafts = std::move(drafts);
+}
+
+void Scheduler::accept_drafts(int64_t id, int32_t n_kept) {
+  Sequence* seq = find(id);
+  if (!seq || seq->drafts.empty()) return;
+  n_kept = std::clamp(n_kept, 0, static_cast<int32_t>(seq->drafts.size()));
+  const int32_t before = seq->n_computed;
+  seq->tokens.insert(seq->tokens.end(), seq->drafts.begin(), seq->drafts.begin() + n_kept);
+  seq->n_computed += n_kept;
+  seq->drafts.clear();
+  kv_.truncate(id, seq->n_computed);  // the rejected drafts' pages go back, never published
+  if (before / config_.block_size != seq->n_computed / config_.block_size) publish(*seq);
+}
+
 void Scheduler::commit(const StepPlan& plan) {
   for (const ScheduledChunk& c : plan.chunks) {
     Sequence* seq = find(c.seq_id);
     if (!seq || seq->status != SequenceStatus::Running) continue;
-    seq->n_computed = c.start + c.n_tokens();
+    // Drafts run in the chunk join the computed tokens only once verified (accept_drafts).
+    seq->n_computed = c.start + c.n_tokens() - static_cast<int32_t>(seq->drafts.size());
     // Pages become ready only when a chunk completes one; the tree is walked only then.
     if (c.start / config_.block_size != seq->n_computed / config_.block_size) publish(*seq);
   }

@@ -15,6 +15,11 @@
 // or when batch_size wait or the oldest has waited batch_wait_ms (dynamic); it runs to completion before
 // the next is formed.
 //
+// Speculative decoding: a decoding sequence given drafts (set_drafts) runs its pending token and the
+// drafts in one chunk whose every row returns logits, when the step's token budget and the free pages
+// allow after every running sequence got its own token (drafts never preempt anyone, and are cut to
+// fit); accept_drafts() then keeps the verified prefix and gives the rest of the pages back.
+//
 // The scheduler decides; the KV manager (kv/kv_manager.h) owns the pages: the scheduler asks it what a
 // prompt finds cached and how many tokens a sequence can add, and never reads a reference count.
 //
@@ -58,6 +63,11 @@ class Scheduler {
   StepPlan schedule(double now_ms);
   void commit(const StepPlan& plan);
 
+  // Before schedule(): drafts to verify in the next step (a running sequence with one pending token).
+  void set_drafts(int64_t id, std::vector<int32_t> drafts);
+  // After commit, for a chunk that ran drafts: the first n_kept of them join the sequence (their KV stays),
+  // the others' pages go back.
+  void accept_drafts(int64_t id, int32_t n_kept);
   // After commit: a sequence whose chunk sampled gets its new token.
   void append_token(int64_t id, int32_t token);
   // Finished or cancelled: its pages go back (computed ones stay cached) and it is forgotten.
@@ -78,6 +88,7 @@ class Scheduler {
   void preempt(Sequence& seq, StepPlan& plan);
   void publish(const Sequence& seq) { kv_.publish(seq.id, seq.tokens, seq.n_computed); }
   void add_chunk(const Sequence& seq, int32_t n_new, StepPlan& plan) const;
+  void add_drafts(int32_t& budget, StepPlan& plan);
 
   KvManager& kv_;
   SchedulerConfig config_;

@@ -24,6 +24,9 @@ struct Sequence {
   int32_t n_skipped = 0;        // steps in which later arrivals were admitted before it (aging)
   int32_t n_cached_prompt = 0;  // prompt tokens the prefix cache supplied at its (last) admission
   int32_t n_preemptions = 0;
+  // Speculative decoding: tokens proposed to follow tokens, verified in the next step together with the
+  // pending last token (set_drafts); until accept_drafts, their KV is computed but not part of n_computed.
+  std::vector<int32_t> drafts;
 
   int32_t n_tokens() const { return static_cast<int32_t>(tokens.size()); }
   int32_t n_generated() const { return n_tokens() - n_prompt; }

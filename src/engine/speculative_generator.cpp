@@ -8,15 +8,19 @@
 
 namespace kestrel {
 
-Result<std::unique_ptr<SpeculativeGenerator>> SpeculativeGenerator::create(const Model& target, const Model* draft,
-                                                                            ThreadPool& pool, const GeneratorConfig& config,
-                                                                            const SpeculativeConfig& spec) {
+Status check_speculation(const Model& target, const Model* draft, const SpeculativeConfig& spec) {
   if (!draft && spec.ngram <= 0) return Error{"speculative decoding needs a draft model or n-gram drafting"};
-  if (spec.draft_max < 1) return Error{"--draft-max must be >= 1"};
-  if (spec.draft_min < 0 || spec.draft_min > spec.draft_max) return Error{"--draft-min must be in [0, --draft-max]"};
+  if (Status s = spec.validate(); !s.ok()) return Error{s.error()};
   if (draft && draft->hparams().n_vocab != target.hparams().n_vocab)
     return Error{"the draft model's vocabulary has " + std::to_string(draft->hparams().n_vocab) +
                  " tokens and the target's " + std::to_string(target.hparams().n_vocab) + ": they must be the same"};
+  return {};
+}
+
+Result<std::unique_ptr<SpeculativeGenerator>> SpeculativeGenerator::create(const Model& target, const Model* draft,
+                                                                            ThreadPool& pool, const GeneratorConfig& config,
+                                                                            const SpeculativeConfig& spec) {
+  if (Status s = check_speculation(target, draft, spec); !s.ok()) return Error{s.error()};
   return std::unique_ptr<SpeculativeGenerator>(new SpeculativeGenerator(target, draft, pool, config, spec));
 }
 

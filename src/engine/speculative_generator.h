@@ -12,16 +12,14 @@
 
 #include "core/status.h"
 #include "engine/generator.h"
+#include "spec/spec_config.h"
 #include "spec/spec_stats.h"
 
 namespace kestrel {
 
-struct SpeculativeConfig {
-  int32_t draft_max = 16;  // most tokens drafted per step (--draft-max)
-  int32_t draft_min = 0;   // fewer drafted than this: a plain step instead (--draft-min)
-  int32_t ngram = 0;       // n-gram drafting (no draft model): longest n-gram looked up (--spec-ngram)
-  bool adaptive = true;    // the draft length follows the acceptance (else always draft_max)
-};
+// Whether speculation can run: a drafter (a draft model, or n-gram drafting), valid lengths, and a draft
+// model with the target's vocabulary size (the CLI also compares the vocabularies themselves).
+Status check_speculation(const Model& target, const Model* draft, const SpeculativeConfig& spec);
 
 class SpeculativeGenerator {
  public:

@@ -86,6 +86,21 @@ std::string Metrics::render() const {
         engine_.kv_peak_blocks_used ? static_cast<double>(engine_.kv_peak_unused_tokens) /
                                           (static_cast<double>(engine_.kv_peak_blocks_used) * engine_.kv_block_size)
                                     : 0.0);
+  if (engine_.speculative) {
+    const SpecStats& sp = engine_.spec;
+    counter("kestrel_spec_verify_steps_total", "Speculative steps that verified drafts (per sequence).",
+            static_cast<double>(sp.verify_steps));
+    counter("kestrel_spec_draft_tokens_total", "Draft tokens verified.", static_cast<double>(sp.drafted));
+    counter("kestrel_spec_accepted_tokens_total", "Draft tokens accepted.", static_cast<double>(sp.accepted));
+    gauge("kestrel_spec_acceptance_rate", "Share of verified drafts accepted.", sp.acceptance_rate());
+    gauge("kestrel_spec_mean_accepted_length", "Tokens per verifying step (accepted drafts plus the target's own).",
+          sp.mean_accepted_length());
+    out += "# HELP kestrel_spec_acceptance_by_position Share of drafts accepted, by draft position (0: first).\n"
+           "# TYPE kestrel_spec_acceptance_by_position gauge\n";
+    for (size_t i = 0; i < sp.drafted_at.size(); ++i)
+      out += "kestrel_spec_acceptance_by_position{position=\"" + std::to_string(i) + "\"} " +
+             number(static_cast<double>(sp.accepted_at[i]) / static_cast<double>(std::max<int64_t>(1, sp.drafted_at[i]))) + "\n";
+  }
   out += ttft_.render("kestrel_time_to_first_token_seconds", "Time from request to first token.");
   out += tpot_.render("kestrel_time_per_output_token_seconds", "Mean time between output tokens, per request.");
   out += latency_.render("kestrel_request_latency_seconds", "Time from request to last token.");
