@@ -21,6 +21,7 @@ EngineConfig engine_config(int32_t n_blocks, int32_t block_size, int32_t max_spe
   c.scheduler.block_size = block_size;
   c.scheduler.max_running = 16;
   c.spec.max_batch = max_spec_batch;
+  c.spec.measured = false;  // speculate at every step (the controller has its own test)
   return c;
 }
 
@@ -115,6 +116,7 @@ TEST_F(EngineSpeculative, GreedyOutputIsThePlainEnginesAloneAndConcurrent) {
       EngineConfig config = engine_config(512, 16, 16);
       config.spec = s.spec;
       config.spec.max_batch = 16;
+      config.spec.measured = false;
       Engine engine(*pair_.target, pool_, config, s.draft);
       const auto got = run(engine, requests, concurrency);
       for (size_t i = 0; i < requests.size(); ++i) ASSERT_EQ(got[i], expected[i]) << "prompt " << i;
@@ -171,6 +173,44 @@ TEST_F(EngineSpeculative, SpeculationStopsPastMaxBatch) {
     if (max_batch == 4) EXPECT_EQ(engine.stats().spec.drafted, 0);
     else EXPECT_GT(engine.stats().spec.drafted, 0);
   }
+}
+
+// The controller picks the mode that measured cheaper per token at each batch size, measures both first,
+// and now and then tries the other again.
+TEST(SpeculationController, ChoosesTheCheaperModePerBatchSize) {
+  SpeculationController c(8, true, 10);
+  EXPECT_FALSE(c.speculate(9));  // past max_batch
+  EXPECT_FALSE(c.speculate(0));
+  // Batch 1: speculation costs 10 ms per token, plain 20 ms; batch 8: the other way round.
+  const auto step = [&](int32_t n) {
+    const bool spec = c.speculate(n);
+    const bool spec_cheap = n == 1;
+    c.record(n, spec, (spec == spec_cheap ? 0.010 : 0.020) * 4, 4);
+    return spec;
+  };
+  int spec1 = 0, spec8 = 0;
+  for (int i = 0; i < 100; ++i) spec1 += step(1), spec8 += step(8);
+  EXPECT_GE(spec1, 85);
+  EXPECT_LE(spec1, 97);  // it explored plain steps too
+  EXPECT_LE(spec8, 15);
+  EXPECT_GE(spec8, 3);
+  EXPECT_NEAR(c.seconds_per_token(1, true), 0.010, 1e-9);
+  EXPECT_NEAR(c.seconds_per_token(8, false), 0.010, 1e-9);
+  // Drift: once speculation at batch 1 turns expensive, the explorations find it out... and plain wins.
+  for (int i = 0; i < 400; ++i) {
+    const bool spec = c.speculate(1);
+    c.record(1, spec, spec ? 0.05 : 0.02, 1);
+  }
+  int spec_late = 0;
+  for (int i = 0; i < 50; ++i) {
+    const bool spec = c.speculate(1);
+    spec_late += spec;
+    c.record(1, spec, spec ? 0.05 : 0.02, 1);
+  }
+  EXPECT_LE(spec_late, 6);
+  SpeculationController always(4, false);
+  EXPECT_TRUE(always.speculate(4));
+  EXPECT_FALSE(always.speculate(5));
 }
 
 TEST_F(EngineSpeculative, LogprobsAreThePlainEngines) {

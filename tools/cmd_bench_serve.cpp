@@ -158,6 +158,12 @@ int run_bench_serve(const ServeBenchArgs& a) {
   const double prompt_tokens = scrape(after, "kestrel_prompt_tokens_total") - scrape(before, "kestrel_prompt_tokens_total");
   if (!before.empty() && !after.empty() && prompt_tokens > 0) hit_rate = hits / prompt_tokens;
   const double kv_unused_at_peak = scrape(after, "kestrel_kv_peak_unused_fraction");
+  // Speculative decoding on the server (kestrel's /metrics): drafts verified and accepted during this run.
+  const auto delta = [&](const char* name) { return scrape(after, name) - scrape(before, name); };
+  const bool speculative = scrape(after, "kestrel_spec_draft_tokens_total") >= 0 && !before.empty();
+  const double drafted = speculative ? delta("kestrel_spec_draft_tokens_total") : 0;
+  const double accepted = speculative ? delta("kestrel_spec_accepted_tokens_total") : 0;
+  const double verify_steps = speculative ? delta("kestrel_spec_verify_steps_total") : 0;
 
   std::vector<double> ttft, tpot;
   int64_t tokens = 0;
@@ -179,7 +185,9 @@ int run_bench_serve(const ServeBenchArgs& a) {
                        {"ttft_p50_s", percentile(ttft, 50)}, {"ttft_p99_s", percentile(ttft, 99)},
                        {"tpot_p50_ms", percentile(tpot, 50) * 1e3}, {"tpot_p99_ms", percentile(tpot, 99) * 1e3},
                        {"prefix_cache_hit_rate", hit_rate < 0 ? json(nullptr) : json(hit_rate)},
-                       {"kv_unused_at_peak", kv_unused_at_peak < 0 ? json(nullptr) : json(kv_unused_at_peak)}};
+                       {"kv_unused_at_peak", kv_unused_at_peak < 0 ? json(nullptr) : json(kv_unused_at_peak)},
+                       {"spec_acceptance", drafted > 0 ? json(accepted / drafted) : json(nullptr)},
+                       {"spec_mean_accepted_length", verify_steps > 0 ? json(accepted / verify_steps + 1) : json(nullptr)}};
   if (a.output == "json") {
     std::printf("%s\n", report.dump(2).c_str());
   } else {
@@ -193,6 +201,9 @@ int run_bench_serve(const ServeBenchArgs& a) {
                 hit_rate < 0 ? "n/a" : (std::to_string(static_cast<int>(hit_rate * 100 + 0.5)) + "%").c_str());
     if (kv_unused_at_peak >= 0)
       std::printf("\nserver KV cache at its peak so far: %.1f%% of in-use positions unused\n", kv_unused_at_peak * 100);
+    if (speculative)
+      std::printf("speculative decoding: %.0f drafts verified, %.1f%% accepted, %.2f tokens per verification\n", drafted,
+                  drafted > 0 ? 100 * accepted / drafted : 0.0, verify_steps > 0 ? accepted / verify_steps + 1 : 0.0);
   }
   if (errors) std::fprintf(stderr, "%d requests failed; first error: %s\n", errors, first_error.c_str());
   return errors == 0 ? 0 : 1;

@@ -32,6 +32,9 @@ void add_speculative_options(CLI::App* cmd, std::string& draft_model, Speculativ
   if (serving)
     cmd->add_option("--spec-max-batch", spec.max_batch, "Speculate only while at most this many sequences decode")
         ->check(CLI::Range(1, 1 << 16))->capture_default_str();
+  if (serving)
+    cmd->add_flag("!--spec-always", spec.measured,
+                  "Speculate whenever at most --spec-max-batch sequences decode, without measuring whether it pays");
 }
 
 std::unique_ptr<Model> load_draft_model(const std::string& path, const Model& target, bool quiet) {

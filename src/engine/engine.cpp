@@ -40,7 +40,8 @@ Engine::Engine(const Model& model, ThreadPool& pool, const EngineConfig& config,
       drafter_(draft ? std::make_unique<ModelDrafter>(*draft, pool, config.n_blocks, config.scheduler.block_size,
                                                       config.kv_type, config.scheduler.max_batch_tokens)
                      : nullptr),
-      speculative_(draft != nullptr || config.spec.ngram > 0) {}
+      speculative_(draft != nullptr || config.spec.ngram > 0),
+      spec_control_(config.spec.max_batch, config.spec.measured) {}
 
 Engine::~Engine() = default;
 
@@ -124,8 +125,8 @@ GeneratedToken Engine::with_logprobs(const Choice& choice, int32_t token, const 
   return out;
 }
 
-void Engine::propose_drafts() {
-  if (!speculative_) return;
+int32_t Engine::propose_drafts(bool& prompt_catch_up) {
+  if (!speculative_) return 0;
   std::vector<int64_t> decoding;  // running sequences with one pending token
   for (int64_t id : scheduler_.running_ids()) {
     const Sequence& seq = *scheduler_.find(id);
@@ -133,7 +134,8 @@ void Engine::propose_drafts() {
   }
   // Past the crossover a plain step is cheaper: verifying K + 1 rows per sequence no longer hides in the
   // time the weights take to stream.
-  if (static_cast<int32_t>(decoding.size()) > config_.spec.max_batch) return;
+  const auto n_decoding = static_cast<int32_t>(decoding.size());
+  if (!spec_control_.speculate(n_decoding)) return n_decoding;
   std::vector<DraftJob> jobs;
   for (int64_t id : decoding) {
     const Sequence& seq = *scheduler_.find(id);
@@ -156,13 +158,15 @@ void Engine::propose_drafts() {
     job.k = k;
     job.sampler = &choice.draft_sampler;
   }
-  if (jobs.empty()) return;
-  drafter_->propose(jobs);
+  if (jobs.empty()) return n_decoding;
+  // Past the first drafts a job catches up with one or two tokens (the last kept draft, the target's own).
+  prompt_catch_up = drafter_->propose(jobs) > 2 * static_cast<int32_t>(jobs.size());
   for (DraftJob& job : jobs) {
     if (static_cast<int32_t>(job.drafts.size()) < std::max(1, config_.spec.draft_min)) continue;
     choices_.at(job.seq_id).draft_dists = std::move(job.dists);
     scheduler_.set_drafts(job.seq_id, std::move(job.drafts));
   }
+  return n_decoding;
 }
 
 std::vector<int32_t> Engine::next_tokens(Choice& choice, const Sequence& seq, const ScheduledChunk& c, float* rows) {
@@ -185,7 +189,9 @@ std::vector<int32_t> Engine::next_tokens(Choice& choice, const Sequence& seq, co
 std::vector<StepOutput> Engine::step() {
   std::vector<StepOutput> outputs;
   outputs.swap(cancelled_);
-  propose_drafts();
+  const double start_s = clock_.elapsed_s();
+  bool prompt_catch_up = false;
+  const int32_t n_decoding = propose_drafts(prompt_catch_up);
   const StepPlan plan = scheduler_.schedule(clock_.elapsed_s() * 1e3);
   if (plan.empty()) return outputs;
   ++steps_;
@@ -257,6 +263,17 @@ std::vector<StepOutput> Engine::step() {
       }
       outputs.push_back(std::move(out));
     }
+  }
+  if (speculative_) {
+    // Pure decode steps (every chunk a decode or a verification) tell the controller what a token cost.
+    bool decode_only = true, speculated = false;
+    for (const ScheduledChunk& c : plan.chunks) {
+      decode_only = decode_only && c.n_logits == c.n_tokens();
+      speculated = speculated || c.n_logits > 1;
+    }
+    int32_t n_tokens = 0;
+    for (const StepOutput& o : outputs) n_tokens += static_cast<int32_t>(o.tokens.size());
+    if (decode_only && !prompt_catch_up) spec_control_.record(n_decoding, speculated, clock_.elapsed_s() - start_s, n_tokens);
   }
   return outputs;
 }

@@ -7,7 +7,8 @@
 // each decoding sequence proposes drafts; the step verifies them with the pending token in one chunk
 // (spec/verify.h), keeps the accepted prefix plus the target's own next token, and rolls the KV back
 // past the rest (Scheduler::accept_drafts). The output is the target's alone: the same tokens when
-// greedy, the same distribution when sampling. It runs only while at most spec.max_batch sequences decode.
+// greedy, the same distribution when sampling. It runs only while at most spec.max_batch sequences decode,
+// and then only where it measured cheaper per token than plain steps (spec/spec_controller.h).
 //
 // Contract: not thread-safe. One thread (the server's engine thread) makes every call.
 #pragma once
@@ -27,6 +28,7 @@
 #include "model/model.h"
 #include "sample/sampler.h"
 #include "spec/spec_config.h"
+#include "spec/spec_controller.h"
 #include "spec/spec_stats.h"
 
 namespace kestrel {
@@ -120,8 +122,10 @@ class Engine {
   };
   Choice make_choice(int64_t request_id, int32_t index, std::shared_ptr<const Request> request, SamplingParams params,
                      bool forks_pending) const;
-  // Sets this step's drafts of the decoding sequences (speculative decoding).
-  void propose_drafts();
+  // Sets this step's drafts of the decoding sequences (speculative decoding); returns how many decode.
+  // prompt_catch_up: set when the draft model caught up with a new sequence's prompt (a one-time cost
+  // that does not belong to this step's cost per token).
+  int32_t propose_drafts(bool& prompt_catch_up);
   // The tokens a sampling chunk yields: one sampled, or the verified drafts and the target's next token.
   // rows: [n_logits, n_vocab] the chunk's logits (modified in place).
   std::vector<int32_t> next_tokens(Choice& choice, const Sequence& seq, const ScheduledChunk& c, float* rows);
@@ -140,6 +144,7 @@ class Engine {
   std::unique_ptr<class ModelDrafter> drafter_;  // the draft model's side, when speculating with one
   bool speculative_;
   SpecStats spec_stats_;
+  SpeculationController spec_control_;
   Timer clock_;
   std::map<int64_t, Choice> choices_;                     // by sequence id
   std::map<int64_t, std::vector<int64_t>> sequences_of_;  // request id -> its sequence ids

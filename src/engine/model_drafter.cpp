@@ -33,10 +33,11 @@ bool ModelDrafter::allocate(int64_t seq_id, int32_t n_computed, int32_t n_total,
   return pages_.allocate(seq_id, n_computed, n_total, copies);
 }
 
-void ModelDrafter::propose(std::vector<DraftJob>& jobs) {
+int32_t ModelDrafter::propose(std::vector<DraftJob>& jobs) {
   std::vector<int64_t> keep;  // the sequences drafting now
   for (const DraftJob& job : jobs) keep.push_back(job.seq_id);
   std::vector<DraftJob*> live;
+  int32_t caught_up = 0;
   for (DraftJob& job : jobs) {
     job.drafts.clear();
     job.dists.clear();
@@ -49,6 +50,7 @@ void ModelDrafter::propose(std::vector<DraftJob>& jobs) {
     done.resize(std::min(agree, job.tokens.size() - 1));
     pages_.truncate(job.seq_id, static_cast<int32_t>(done.size()));
     live.push_back(&job);
+    caught_up += static_cast<int32_t>(job.tokens.size() - done.size());
   }
 
   // Draws the next draft of job from its logits row [n_vocab] (modified in place).
@@ -108,6 +110,7 @@ void ModelDrafter::propose(std::vector<DraftJob>& jobs) {
     if (round.empty()) break;
     run_round(round, last_draft);
   }
+  return caught_up;
 }
 
 }  // namespace kestrel

@@ -36,7 +36,8 @@ class ModelDrafter {
   ModelDrafter(const Model& draft, ThreadPool& pool, int32_t n_blocks, int32_t block_size, KvType kv_type,
                int32_t max_batch_tokens);
 
-  void propose(std::vector<DraftJob>& jobs);
+  // Returns the tokens run to catch up (a new sequence's whole prompt, else one or two per job).
+  int32_t propose(std::vector<DraftJob>& jobs);
   void forget(int64_t seq_id);
 
  private:

@@ -13,9 +13,11 @@ struct SpeculativeConfig {
   int32_t draft_min = 0;   // fewer drafted than this: a plain step instead (--draft-min)
   int32_t ngram = 0;       // n-gram drafting (no draft model): longest n-gram looked up (--spec-ngram)
   bool adaptive = true;    // the draft length follows each sequence's acceptance (else always draft_max)
-  // Serving: speculation runs only while at most this many sequences decode at once (--spec-max-batch);
-  // beyond it a plain step costs less than verifying (docs/engine.md has the measured crossover).
-  int32_t max_batch = 4;
+  // Serving: speculation runs only while at most this many sequences decode at once (--spec-max-batch).
+  int32_t max_batch = 16;
+  // Serving: speculate only where it measured cheaper per token than plain steps (spec/spec_controller.h);
+  // false: always, up to max_batch (--spec-always).
+  bool measured = true;
 
   Status validate() const {
     if (draft_max < 1) return Error{"--draft-max must be >= 1"};

@@ -40,7 +40,7 @@ kill "$server"; wait "$server" 2>/dev/null || true
 
 for setup in "-md $draft --draft-max 4" "--spec-ngram 3 --draft-max 6"; do
   # shellcheck disable=SC2086
-  start_server "$kestrel" "$log" -m "$target" -t 2 --spec-max-batch 8 $setup
+  start_server "$kestrel" "$log" -m "$target" -t 2 --spec-max-batch 8 --spec-always $setup
   for concurrency in 1 8; do
     got=$(mktemp)
     completions "$port" "$concurrency" "$got"
