@@ -123,7 +123,9 @@ TEST_F(EngineSpeculative, GreedyOutputIsThePlainEnginesAloneAndConcurrent) {
       const EngineStats st = engine.stats();
       EXPECT_TRUE(st.speculative);
       EXPECT_GT(st.spec.drafted, 0);
-      if (s.draft == pair_.draft.get()) EXPECT_GT(st.spec.accepted, st.spec.drafted / 2);  // the pair mostly agrees
+      if (s.draft == pair_.draft.get()) {
+        EXPECT_GT(st.spec.accepted, st.spec.drafted / 2);  // the pair mostly agrees
+      }
       EXPECT_LT(st.steps, 50 * 41 / (concurrency == 1 ? 1 : 4));  // speculation saved forwards
       EXPECT_EQ(st.generated_tokens, 50 * 40);
       EXPECT_EQ(st.kv_blocks_used, 0);
@@ -170,8 +172,11 @@ TEST_F(EngineSpeculative, SpeculationStopsPastMaxBatch) {
     Engine engine(*pair_.target, pool_, config, pair_.draft.get());
     // All eight decode in step (one prefill step, then 24 tokens each, all draft-free at max_batch 4).
     EXPECT_EQ(run(engine, requests, 8), expected);
-    if (max_batch == 4) EXPECT_EQ(engine.stats().spec.drafted, 0);
-    else EXPECT_GT(engine.stats().spec.drafted, 0);
+    if (max_batch == 4) {
+      EXPECT_EQ(engine.stats().spec.drafted, 0);
+    } else {
+      EXPECT_GT(engine.stats().spec.drafted, 0);
+    }
   }
 }
 
