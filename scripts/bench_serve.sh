@@ -15,27 +15,19 @@ model="$dir/tinyllama-q4_0.gguf"
 port=${KESTREL_BENCH_PORT:-8197}
 url="http://127.0.0.1:$port"
 
-serve() {  # serve EXTRA_FLAGS...: start a server, wait until ready
-  ./build/kestrel serve -m "$model" --port "$port" -t 2 -c 8192 --parallel 8 "$@" >/dev/null 2>&1 &
-  server=$!
-  for _ in $(seq 1 600); do curl -sf "$url/ready" >/dev/null 2>&1 && return 0; sleep 0.1; done
-  echo "server did not become ready" >&2
-  exit 1
-}
-stop() { kill -TERM "$server"; wait "$server" || true; }
-trap 'kill $server 2>/dev/null || true' EXIT
+source scripts/serve_control.sh
 bench() { ./build/kestrel bench serve --url "$url" "$@"; }
 shared_prefix=(--workload shared-prefix --requests 32 --concurrency 8 --prefix-tokens 400 --unique-tokens 15 --max-tokens 64)
 mixed=(--workload shared-prefix --requests 48 --concurrency 16 --prefix-tokens 400 --unique-tokens 15 --min-tokens 16 --max-tokens 128)
 
 echo "## continuous batching (default): unique prompts, then one request at a time"
-serve
+serve "$model"
 bench --workload unique --requests 16 --concurrency 8 --unique-tokens 60 --max-tokens 128 --seed 2
 bench --workload unique --requests 4 --concurrency 1 --unique-tokens 60 --max-tokens 64 --seed 3
 stop
 for policy in continuous static dynamic; do
   echo "## $policy batching (batches of 8 for static and dynamic)"
-  serve --batch-policy "$policy" --static-batch 8 --batch-wait-ms 100
+  serve "$model" --batch-policy "$policy" --static-batch 8 --batch-wait-ms 100
   bench "${shared_prefix[@]}" --seed 1
   bench "${mixed[@]}" --seed 4
   stop

@@ -16,19 +16,11 @@ target="$dir/pair-target.gguf" draft="$dir/pair-draft.gguf"
   --draft-output "$draft" --draft-layers 2 --perturb 0.005
 port=${KESTREL_BENCH_PORT:-8198}
 url="http://127.0.0.1:$port"
-serve() {
-  ./build/kestrel serve -m "$target" --port "$port" -t 2 -c 8192 --parallel 8 "$@" >/dev/null 2>&1 &
-  server=$!
-  for _ in $(seq 1 600); do curl -sf "$url/ready" >/dev/null 2>&1 && return 0; sleep 0.1; done
-  echo "server did not become ready" >&2
-  exit 1
-}
-stop() { kill -TERM "$server"; wait "$server" || true; }
-trap 'kill $server 2>/dev/null || true' EXIT
+source scripts/serve_control.sh
 for round in $(seq 1 "$rounds"); do
   for mode in plain speculative; do
     echo "## round $round: $mode"
-    if [ "$mode" = plain ]; then serve; else serve -md "$draft" --draft-max 3 "$@"; fi
+    if [ "$mode" = plain ]; then serve "$target"; else serve "$target" -md "$draft" --draft-max 3 "$@"; fi
     for c in 1 4 8; do
       ./build/kestrel bench serve --url "$url" --workload unique --requests $((c == 1 ? 3 : 2 * c)) --concurrency "$c" \
         --unique-tokens 60 --max-tokens 128 --seed "$c"

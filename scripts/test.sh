@@ -32,8 +32,9 @@ bash scripts/test_aarch64.sh
 echo "== fuzz targets (libFuzzer, ${fuzz_seconds}s each)"
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKESTREL_FUZZ=ON \
   -DKESTREL_BENCH=OFF >/dev/null
-cmake --build build-fuzz -j "$jobs" --target fuzz_gguf fuzz_tokenizer fuzz_chat_template fuzz_openai_request
-mkdir -p build-fuzz/corpus-gguf build-fuzz/corpus-tokenizer build-fuzz/corpus-template build-fuzz/corpus-request
+cmake --build build-fuzz -j "$jobs" --target fuzz_gguf fuzz_tokenizer fuzz_chat_template fuzz_openai_request fuzz_logprob_file
+mkdir -p build-fuzz/corpus-gguf build-fuzz/corpus-tokenizer build-fuzz/corpus-template build-fuzz/corpus-request \
+  build-fuzz/corpus-logprob
 ./build/kestrel make-model -o build-fuzz/corpus-gguf/tiny.gguf --layers 1 --dim 64 --heads 4 --kv-heads 2 \
   --ffn 64 --vocab 300 >/dev/null 2>&1
 if [ -d "$shared" ]; then
@@ -50,9 +51,13 @@ fi
   -print_final_stats=1 build-fuzz/corpus-tokenizer 2>&1 | tail -n 12
 printf '%s' '{"prompt":"hi","max_tokens":5,"temperature":0.5,"stop":["a"],"logprobs":2,"n":2}' > build-fuzz/corpus-request/c.json
 printf '%s' '{"messages":[{"role":"user","content":[{"type":"text","text":"x"}]}],"stream":true,"stream_options":{"include_usage":true},"logprobs":true,"top_logprobs":3}' > build-fuzz/corpus-request/chat.json
+python3 -c 'import struct, sys; sys.stdout.buffer.write(b"KSTLPB01" + struct.pack("<3i", 4, 3, 1) + struct.pack("<4i", 0, 1, 2, 1) + struct.pack("<3f", -0.5, -1.5, -2.5))' \
+  > build-fuzz/corpus-logprob/small.kpb
 short_seconds=$(( fuzz_seconds / 2 > 0 ? fuzz_seconds / 2 : 1 ))
 ./build-fuzz/tests/fuzz_chat_template -max_total_time="$short_seconds" -max_len=8192 -rss_limit_mb=2048 -timeout=10 \
   -print_final_stats=1 build-fuzz/corpus-template 2>&1 | tail -n 12
 ./build-fuzz/tests/fuzz_openai_request -max_total_time="$short_seconds" -max_len=4096 -rss_limit_mb=2048 \
   -print_final_stats=1 build-fuzz/corpus-request 2>&1 | tail -n 12
+./build-fuzz/tests/fuzz_logprob_file -max_total_time="$short_seconds" -max_len=4096 -rss_limit_mb=2048 \
+  -print_final_stats=1 build-fuzz/corpus-logprob 2>&1 | tail -n 12
 echo "== all tests passed"

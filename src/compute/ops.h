@@ -44,6 +44,7 @@ enum class RopeStyle {
 
 // Element type of the KV cache pages. BF16 pages are laid out for BF16 dot products (see KvLayerView).
 enum class KvType { F32, F16, BF16 };
+inline const char* kv_type_name(KvType t) { return t == KvType::F32 ? "f32" : t == KvType::F16 ? "f16" : "bf16"; }
 
 // Paged K/V of one layer, pages ordered [kv_head][block] (a sequence whose blocks were allocated in order
 // reads each head's pages as one stream). Per page (block) and KV head:
