@@ -164,6 +164,21 @@ TEST(Cli, ServeSpeculatesWithoutChangingTheOutput) {
   std::filesystem::remove(draft);
 }
 
+// kestrel serve --kv-memory: 1 MiB of f16 KV on stories260K (640 bytes per token, 4-token blocks) is 409
+// blocks; f32 pages (1280 bytes per token) give 204; /metrics reports both figures; bad sizes are refused.
+TEST(Cli, ServeBudgetsKvMemoryInBytes) {
+  KESTREL_REQUIRE_SHARED(shared);
+  std::string out;
+  const std::string cmd = "bash " + std::string(KESTREL_SOURCE_DIR) + "/tests/scripts/serve_kv_memory.sh " +
+                          KESTREL_BINARY + " " + shared + "/models/stories260K/stories260K.gguf 2>&1";
+  ASSERT_EQ(test::run_command(cmd, out), 0) << out;
+  EXPECT_NE(out.find("f16 bytes_per_token=640 kv_bytes=1047040"), std::string::npos) << out;
+  EXPECT_NE(out.find("f32 bytes_per_token=1280 kv_bytes=1044480"), std::string::npos) << out;
+  EXPECT_NE(out.find("refused 12x: error: --kv-memory: '12x' is not a size in bytes"), std::string::npos) << out;
+  EXPECT_NE(out.find("refused 1: error: --kv-memory 1 holds 0 KV blocks"), std::string::npos) << out;
+  EXPECT_NE(out.find("refused -5M"), std::string::npos) << out;
+}
+
 // kestrel serve: chat works on a model without a template (ChatML, with a warning); the first SIGINT drains
 // (new requests get 503), the second stops at once although the
 // drain limit (--shutdown-timeout 120) is far off, and the stream it cut off ends with finish_reason

@@ -43,6 +43,11 @@ int run_info(const std::string& path) {
               "n_ctx_train %d, rope base %g, n_rot %d, experts %d (top %d)\n",
               hp.arch.c_str(), hp.n_embd, hp.n_layers, hp.n_heads, hp.n_kv_heads, hp.head_dim, hp.n_ff, hp.n_vocab,
               hp.n_ctx_train, hp.rope_freq_base, hp.n_rot, hp.n_expert, hp.n_expert_used);
+  std::printf("KV cache per token:");
+  for (KvType t : {KvType::F32, KvType::F16, KvType::BF16})
+    std::printf(" %s %zu bytes%s", kv_type_name(t), model.value()->kv_spec(1, 16, t).bytes_per_token(), t == KvType::BF16 ? "" : ",");
+  std::printf(" (at the training context of %d tokens, f16: %.1f MiB)\n", hp.n_ctx_train,
+              static_cast<double>(model.value()->kv_spec(1, 16, KvType::F16).bytes_per_token()) * hp.n_ctx_train / 1048576.0);
   return 0;
 }
 

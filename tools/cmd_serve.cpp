@@ -36,6 +36,7 @@ struct ServeArgs {
   double batch_wait_ms = 100;
   bool no_prefix_cache = false;
   KvType kv_type = KvType::F16;
+  std::string kv_memory;    // KV cache budget in bytes (overrides -c)
   std::string draft_model;  // speculative decoding
   SpeculativeConfig spec;
 };
@@ -77,6 +78,23 @@ int run_serve(ServeArgs& a) {
   EngineConfig config;
   config.scheduler.block_size = a.block_size;
   config.n_blocks = (a.ctx + a.block_size - 1) / a.block_size;
+  const size_t kv_bytes_per_token = model->kv_spec(1, a.block_size, a.kv_type).bytes_per_token();
+  if (!a.kv_memory.empty()) {
+    // A byte budget: a smaller KV type holds more tokens in the same memory.
+    auto bytes = parse_byte_size(a.kv_memory);
+    if (!bytes.ok()) {
+      std::fprintf(stderr, "error: --kv-memory: %s\n", bytes.error().c_str());
+      return 1;
+    }
+    const uint64_t blocks = bytes.value() / (kv_bytes_per_token * static_cast<uint64_t>(a.block_size));
+    if (blocks < 1 || blocks > (1u << 30)) {
+      std::fprintf(stderr, "error: --kv-memory %s holds %llu KV blocks of %d tokens (%zu bytes per token, %s)\n",
+                   a.kv_memory.c_str(), static_cast<unsigned long long>(blocks), a.block_size, kv_bytes_per_token,
+                   kv_type_name(a.kv_type));
+      return 1;
+    }
+    config.n_blocks = static_cast<int32_t>(blocks);
+  }
   config.kv_type = a.kv_type;
   config.prefix_caching = !a.no_prefix_cache;
   config.scheduler.max_running = a.parallel;
@@ -107,9 +125,11 @@ int run_serve(ServeArgs& a) {
     std::fprintf(stderr, "error: %s\n", st.error().c_str());
     return 1;
   }
-  std::fprintf(stderr, "kestrel serve: listening on http://%s:%d (model %s, %d threads, %d KV blocks of %d tokens, "
-               "at most %d requests in flight)\n", a.server.host.c_str(), server.port(), a.server.model_name.c_str(),
-               a.threads, config.n_blocks, a.block_size, server.max_in_flight());
+  std::fprintf(stderr, "kestrel serve: listening on http://%s:%d (model %s, %d threads, %d KV blocks of %d tokens: "
+               "%.1f MiB at %zu bytes per token (%s), at most %d requests in flight)\n", a.server.host.c_str(),
+               server.port(), a.server.model_name.c_str(), a.threads, config.n_blocks, a.block_size,
+               static_cast<double>(kv_bytes_per_token) * config.n_blocks * a.block_size / 1048576.0, kv_bytes_per_token,
+               kv_type_name(a.kv_type), server.max_in_flight());
 
   // Ready once one real forward pass went through the engine.
   {
@@ -161,7 +181,10 @@ void add_serve(CLI::App& app, Action& run) {
   cmd->add_option("--host", args->server.host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", args->server.port, "Port to listen on (0: any free port)")->capture_default_str();
   cmd->add_option("-t,--threads", args->threads, "Compute threads")->capture_default_str();
-  cmd->add_option("-c,--ctx-size", args->ctx, "KV cache size in tokens, shared by all sequences")->capture_default_str();
+  auto* ctx = cmd->add_option("-c,--ctx-size", args->ctx, "KV cache size in tokens, shared by all sequences")->capture_default_str();
+  cmd->add_option("--kv-memory", args->kv_memory,
+                  "KV cache size in bytes instead (e.g. 512M, 2GiB): the tokens it holds depend on the KV type")
+      ->excludes(ctx);
   cmd->add_option("--parallel", args->parallel, "Most sequences decoded together (also -np)")->capture_default_str();
   cmd->add_option("-b,--batch-size", args->batch, "Most tokens per forward pass (the step's token budget)")->capture_default_str();
   cmd->add_option("--block-size", args->block_size, "Tokens per KV block (4, 8 or a multiple of 16 run the fast kernels)")

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -49,6 +51,32 @@ std::unique_ptr<Model> load_draft_model(const std::string& path, const Model& ta
     return nullptr;
   }
   return draft;
+}
+
+Result<uint64_t> parse_byte_size(const std::string& text) {
+  const auto bad = [&] { return Error{"'" + text + "' is not a size in bytes (e.g. 536870912, 512M, 2GiB)"}; };
+  size_t end = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &end);
+  } catch (const std::exception&) {
+    return bad();
+  }
+  std::string unit = text.substr(end);
+  for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (unit.size() > 1 && unit.back() == 'B') unit.pop_back();
+  if (unit.size() == 2 && unit[1] == 'I') unit.pop_back();  // KiB, MiB, ...
+  if (unit == "B") unit.clear();
+  static const std::string kUnits = "KMGT";
+  double scale = 1;
+  if (!unit.empty()) {
+    const size_t i = unit.size() == 1 ? kUnits.find(unit[0]) : std::string::npos;
+    if (i == std::string::npos) return bad();
+    scale = std::pow(1024.0, static_cast<double>(i + 1));
+  }
+  const double bytes = value * scale;
+  if (!(bytes >= 1) || bytes > 1e18) return bad();
+  return static_cast<uint64_t>(bytes);
 }
 
 int default_threads() { return std::max(1, static_cast<int>(std::thread::hardware_concurrency())); }

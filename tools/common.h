@@ -36,6 +36,8 @@ std::unique_ptr<Model> load_draft_model(const std::string& path, const Model& ta
 std::unique_ptr<Model> load_model(const std::string& path, bool quiet = false);
 // A progress callback that draws "label [#####     ] 42%" on a terminal, and nothing otherwise.
 std::function<void(double)> progress_bar(const std::string& label);
+// A byte count such as 536870912, 512M, 512MiB, 1.5G or 2GB (K, M, G, T: powers of 1024); error otherwise.
+Result<uint64_t> parse_byte_size(const std::string& text);
 // Reads a whole file; false with a message on stderr when it cannot.
 bool read_text_file(const std::string& path, std::string& out);
 

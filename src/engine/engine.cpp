@@ -305,6 +305,8 @@ EngineStats Engine::stats() const {
   s.kv_blocks_cached = pool.n_cached();
   s.kv_blocks_free = pool.n_free();
   s.kv_tokens_used = kv_tokens_filled();
+  s.kv_bytes_per_token = static_cast<int64_t>(kv_.spec().bytes_per_token());
+  s.kv_bytes = static_cast<int64_t>(kv_.spec().bytes());
   s.kv_peak_blocks_used = peak_blocks_used_;
   s.kv_peak_unused_tokens = peak_unused_tokens_;
   s.prompt_tokens = prompt_tokens_;

@@ -80,6 +80,8 @@ struct EngineStats {
   int32_t kv_block_size = 0;
   int32_t kv_blocks_total = 0, kv_blocks_used = 0, kv_blocks_cached = 0, kv_blocks_free = 0;
   int64_t kv_tokens_used = 0;           // positions of used blocks that hold a token
+  int64_t kv_bytes_per_token = 0;       // over all layers and KV heads, at the cache's element type
+  int64_t kv_bytes = 0;                 // the whole cache
   // At the step with the most blocks in use so far: those blocks, and their positions holding no token
   // (allocated but unused KV memory).
   int32_t kv_peak_blocks_used = 0;

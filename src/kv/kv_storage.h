@@ -27,6 +27,10 @@ struct KvCacheSpec {
   }
   size_t element_bytes() const { return type == KvType::F32 ? 4 : 2; }
   size_t bytes() const { return n_layers * (elements_per_layer_k() + elements_per_layer_v()) * element_bytes(); }
+  // KV bytes one token occupies over all layers and KV heads (K, and V unless it lives in K).
+  size_t bytes_per_token() const {
+    return static_cast<size_t>(n_layers) * n_kv_heads * (k_dim + (v_in_k ? 0 : v_dim)) * element_bytes();
+  }
 };
 
 class KvStorage {

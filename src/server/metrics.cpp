@@ -81,6 +81,9 @@ std::string Metrics::render() const {
   out += "kestrel_kv_blocks{state=\"cached\"} " + std::to_string(engine_.kv_blocks_cached) + "\n";
   out += "kestrel_kv_blocks{state=\"free\"} " + std::to_string(engine_.kv_blocks_free) + "\n";
   gauge("kestrel_kv_tokens_used", "Token positions filled in used KV blocks.", static_cast<double>(engine_.kv_tokens_used));
+  gauge("kestrel_kv_bytes_per_token", "KV cache bytes one token takes (all layers and KV heads).",
+        static_cast<double>(engine_.kv_bytes_per_token));
+  gauge("kestrel_kv_bytes", "KV cache size in bytes.", static_cast<double>(engine_.kv_bytes));
   gauge("kestrel_kv_peak_blocks_used", "Most KV blocks in use at once so far.", engine_.kv_peak_blocks_used);
   gauge("kestrel_kv_peak_unused_fraction", "Share of the peak's in-use KV positions holding no token.",
         engine_.kv_peak_blocks_used ? static_cast<double>(engine_.kv_peak_unused_tokens) /
