@@ -75,10 +75,20 @@ int run_serve(ServeArgs& a) {
     return chat_template->render(messages, true, bos, eos);
   };
 
+  std::unique_ptr<Model> draft;
+  if (!a.draft_model.empty() && !(draft = load_draft_model(a.draft_model, *model))) return 1;
+  if (draft || a.spec.ngram > 0) {
+    if (Status s = check_speculation(*model, draft.get(), a.spec); !s.ok()) {
+      std::fprintf(stderr, "error: %s\n", s.error().c_str());
+      return 1;
+    }
+  }
   EngineConfig config;
   config.scheduler.block_size = a.block_size;
   config.n_blocks = (a.ctx + a.block_size - 1) / a.block_size;
-  const size_t kv_bytes_per_token = model->kv_spec(1, a.block_size, a.kv_type).bytes_per_token();
+  // A draft model keeps its own KV for as many tokens as the target's: a token costs both.
+  const size_t kv_bytes_per_token = model->kv_spec(1, a.block_size, a.kv_type).bytes_per_token() +
+                                    (draft ? draft->kv_spec(1, a.block_size, a.kv_type).bytes_per_token() : 0);
   if (!a.kv_memory.empty()) {
     // A byte budget: a smaller KV type holds more tokens in the same memory.
     auto bytes = parse_byte_size(a.kv_memory);
@@ -104,14 +114,6 @@ int run_serve(ServeArgs& a) {
   config.scheduler.policy = a.policy == "static" ? BatchPolicy::Static
                             : a.policy == "dynamic" ? BatchPolicy::Dynamic : BatchPolicy::Continuous;
   config.spec = a.spec;
-  std::unique_ptr<Model> draft;
-  if (!a.draft_model.empty() && !(draft = load_draft_model(a.draft_model, *model))) return 1;
-  if (draft || a.spec.ngram > 0) {
-    if (Status s = check_speculation(*model, draft.get(), a.spec); !s.ok()) {
-      std::fprintf(stderr, "error: %s\n", s.error().c_str());
-      return 1;
-    }
-  }
   ThreadPool pool(a.threads);
   Engine engine(*model, pool, config, draft.get());
   Metrics metrics;
@@ -126,10 +128,10 @@ int run_serve(ServeArgs& a) {
     return 1;
   }
   std::fprintf(stderr, "kestrel serve: listening on http://%s:%d (model %s, %d threads, %d KV blocks of %d tokens: "
-               "%.1f MiB at %zu bytes per token (%s), at most %d requests in flight)\n", a.server.host.c_str(),
+               "%.1f MiB at %zu bytes per token (%s%s), at most %d requests in flight)\n", a.server.host.c_str(),
                server.port(), a.server.model_name.c_str(), a.threads, config.n_blocks, a.block_size,
                static_cast<double>(kv_bytes_per_token) * config.n_blocks * a.block_size / 1048576.0, kv_bytes_per_token,
-               kv_type_name(a.kv_type), server.max_in_flight());
+               kv_type_name(a.kv_type), draft ? ", target and draft" : "", server.max_in_flight());
 
   // Ready once one real forward pass went through the engine.
   {
