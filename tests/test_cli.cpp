@@ -165,7 +165,8 @@ TEST(Cli, ServeSpeculatesWithoutChangingTheOutput) {
 }
 
 // kestrel serve --kv-memory: 1 MiB of f16 KV on stories260K (640 bytes per token, 4-token blocks) is 409
-// blocks; f32 pages (1280 bytes per token) give 204; /metrics reports both figures; bad sizes are refused.
+// blocks; f32 pages (1280 bytes per token) give 204, q8_0 (8 codes and a 2-byte scale per 8-value head row:
+// 400 bytes) 655, tq3 (3 + 2 bytes per row: 200) 1310; /metrics reports the figures; bad sizes are refused.
 TEST(Cli, ServeBudgetsKvMemoryInBytes) {
   KESTREL_REQUIRE_SHARED(shared);
   std::string out;
@@ -174,6 +175,8 @@ TEST(Cli, ServeBudgetsKvMemoryInBytes) {
   ASSERT_EQ(test::run_command(cmd, out), 0) << out;
   EXPECT_NE(out.find("f16 bytes_per_token=640 kv_bytes=1047040"), std::string::npos) << out;
   EXPECT_NE(out.find("f32 bytes_per_token=1280 kv_bytes=1044480"), std::string::npos) << out;
+  EXPECT_NE(out.find("q8_0 bytes_per_token=400 kv_bytes=1048000"), std::string::npos) << out;
+  EXPECT_NE(out.find("tq3 bytes_per_token=200 kv_bytes=1048000"), std::string::npos) << out;
   EXPECT_NE(out.find("refused 12x: error: --kv-memory: '12x' is not a size in bytes"), std::string::npos) << out;
   EXPECT_NE(out.find("refused 1: error: --kv-memory 1 holds 0 KV blocks"), std::string::npos) << out;
   EXPECT_NE(out.find("refused -5M"), std::string::npos) << out;

@@ -55,10 +55,11 @@ class EngineTest : public ::testing::Test {
     return out;
   }
 
-  std::vector<int32_t> alone(const std::vector<int32_t>& prompt, int32_t max_tokens) {
+  std::vector<int32_t> alone(const std::vector<int32_t>& prompt, int32_t max_tokens, KvTypes kv_types = KvType::F16) {
     EngineConfig config;
     config.n_blocks = 64;
     config.prefix_caching = false;
+    config.kv_types = kv_types;
     Engine engine(*model_, pool_, config);
     auto id = engine.add_request(greedy_request(prompt, max_tokens));
     EXPECT_TRUE(id.ok());
@@ -111,6 +112,30 @@ TEST_F(EngineTest, PreemptionUnderATinyPoolGivesIdenticalOutputs) {
     EXPECT_GT(engine.stats().preemptions, 0) << caching;
     for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(got.at({ids[i], 0}), alone(ps[i], 32)) << i << " " << caching;
     EXPECT_EQ(engine.stats().kv_blocks_used, 0);
+  }
+}
+
+// Quantized pages (codes and scales per token, rotated for tq types) keep the engine's invariants: batched,
+// chunked, prefix-cached (cached pages stay compressed) and preempted sequences give each one's output alone
+// with the same KV types, since each token's row is encoded the same way whatever runs beside it.
+TEST_F(EngineTest, QuantizedPagesGiveEachRequestsOutputAlone) {
+  const auto ps = prompts();
+  for (KvTypes types : {KvTypes(KvType::Q8_0), KvTypes(KvType::TQ3), KvTypes(KvType::FP8, KvType::Q4_0)}) {
+    SCOPED_TRACE(types.name());
+    for (int32_t n_blocks : {256, 10}) {  // room for all, and preemption
+      EngineConfig config;
+      config.n_blocks = n_blocks;
+      config.scheduler.block_size = 16;
+      config.scheduler.max_batch_tokens = 48;
+      config.kv_types = types;
+      Engine engine(*model_, pool_, config);
+      std::vector<int64_t> ids;
+      for (size_t i = 0; i < 8; ++i) ids.push_back(engine.add_request(greedy_request(ps[i], 24)).value());
+      const auto got = drain(engine);
+      for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(got.at({ids[i], 0}), alone(ps[i], 24, types)) << i;
+      if (n_blocks == 10) EXPECT_GT(engine.stats().preemptions, 0);
+      else EXPECT_GT(engine.stats().prompt_tokens_cached, 0);
+    }
   }
 }
 

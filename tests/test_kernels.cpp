@@ -28,18 +28,17 @@ std::vector<float> random_vector(size_t n, uint32_t seed, float scale = 1.0f) {
 }
 
 // Every slot of kv's pages (k_dim == v_dim) set to N(0, 1) values: K from seed_k, V from seed_v, in (block,
-// head, offset, dim) order.
+// head, offset, dim) order, encoded as the pages' types.
 void fill_pages(const KvLayerView& kv, uint32_t seed_k, uint32_t seed_v) {
   const size_t n = static_cast<size_t>(kv.n_blocks) * kv.n_kv_heads * kv.block_size * kv.k_dim;
   const auto kvals = random_vector(n, seed_k), vvals = random_vector(n, seed_v);
   for (int32_t blk = 0; blk < kv.n_blocks; ++blk)
     for (int h = 0; h < kv.n_kv_heads; ++h)
-      for (int o = 0; o < kv.block_size; ++o)
-        for (int d = 0; d < kv.k_dim; ++d) {
-          const size_t i = ((static_cast<size_t>(blk) * kv.n_kv_heads + h) * kv.block_size + o) * kv.k_dim + d;
-          kv.set_k(blk, h, o, d, kvals[i]);
-          kv.set_v(blk, h, o, d, vvals[i]);
-        }
+      for (int o = 0; o < kv.block_size; ++o) {
+        const size_t i = ((static_cast<size_t>(blk) * kv.n_kv_heads + h) * kv.block_size + o) * kv.k_dim;
+        kv.write_k(blk, h, o, kvals.data() + i);
+        kv.write_v(blk, h, o, vvals.data() + i);
+      }
 }
 
 std::vector<uint8_t> quantized(DType type, const std::vector<float>& values, size_t n_in) {

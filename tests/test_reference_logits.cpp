@@ -112,7 +112,7 @@ TEST(ReferenceLogits, EveryManifestCase) {
 
     GeneratorConfig config;
     config.n_ctx = n;
-    config.kv_type = KvType::F32;  // as the reference was computed
+    config.kv_types = KvType::F32;  // as the reference was computed
     Generator prefill(*model.value(), pool, config);
     auto all = prefill.eval(ref.tokens, true);
     ASSERT_TRUE(all.ok()) << all.error();
@@ -139,7 +139,7 @@ TEST(ReferenceLogits, EveryManifestCase) {
         if (type == KvType::BF16 && moe) continue;
         GeneratorConfig half = config;
         half.block_size = 16;
-        half.kv_type = type;
+        half.kv_types = type;
         Generator g(*model.value(), pool, half);
         auto logits = g.eval(ref.tokens, true);
         ASSERT_TRUE(logits.ok());

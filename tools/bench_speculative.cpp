@@ -13,7 +13,7 @@ Result<SpecBenchResult> bench_speculative(const Model& target, const Model* draf
   GeneratorConfig config;
   config.n_ctx = static_cast<int32_t>(prompt.size()) + a.n_gen + 1;
   config.block_size = a.block_size;
-  config.kv_type = a.kv_type;
+  config.kv_types = a.kv_types;
   Generator plain(target, pool, config);
   auto spec = SpeculativeGenerator::create(target, draft, pool, config, a.spec);
   if (!spec.ok()) return Error{spec.error()};

@@ -17,7 +17,7 @@ struct SpecBenchArgs {
   int n_gen = 128;
   int repetitions = 3;
   int block_size = 16;
-  KvType kv_type = KvType::F16;
+  KvTypes kv_types = KvType::F16;
 };
 
 struct SpecBenchResult {

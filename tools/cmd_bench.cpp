@@ -31,7 +31,7 @@ struct BenchArgs {
   int block_size = 16;
   int ubatch = 512;
   std::string output = "md";
-  KvType kv_type = KvType::F16;
+  KvTypes kv_types = KvType::F16;
   bool measure_bandwidth = true;
   bool interleave_depths = false;  // decode rows of different depths measured token by token in turn
   std::string draft_model;          // speculative decoding rows (with --spec-ngram)
@@ -41,9 +41,9 @@ struct BenchArgs {
 // Several sequences sharing one KV page pool; each step runs one forward over all of them.
 class BenchSequences {
  public:
-  BenchSequences(const Model& model, ThreadPool& pool, int n_seqs, int n_ctx, int block_size, KvType kv_type)
+  BenchSequences(const Model& model, ThreadPool& pool, int n_seqs, int n_ctx, int block_size, KvTypes kv_types)
       : pages_(n_seqs * ((n_ctx + block_size - 1) / block_size), block_size, false),
-        kv_(model.kv_spec(pages_.pool().n_blocks(), block_size, kv_type)),
+        kv_(model.kv_spec(pages_.pool().n_blocks(), block_size, kv_types)),
         runner_(model, pool, kv_),
         n_past_(static_cast<size_t>(n_seqs), 0) {}
 
@@ -163,7 +163,7 @@ void measure_depths_interleaved(const Model& model, ThreadPool& pool, const Benc
   for (int rep = 0; rep <= a.repetitions; ++rep) {
     std::vector<std::unique_ptr<BenchSequences>> seqs;  // [rows]
     for (const Row* row : rows) {
-      seqs.push_back(std::make_unique<BenchSequences>(model, pool, 1, row->depth + row->n_gen + 1, a.block_size, a.kv_type));
+      seqs.push_back(std::make_unique<BenchSequences>(model, pool, 1, row->depth + row->n_gen + 1, a.block_size, a.kv_types));
       if (row->depth > 0) seqs.back()->step({random_tokens(rng, row->depth, n_vocab)}, a.ubatch);
     }
     std::vector<double> seconds(rows.size(), 0.0);  // [rows] decode time this repetition
@@ -191,14 +191,14 @@ int measure_speculative(const BenchArgs& a, ThreadPool& pool, nlohmann::json& js
   }
   for (const std::string& path : a.models) {
     auto model = load_model(path, true);
-    if (!model) return 1;
+    if (!model || !kv_types_fit(*model, a.kv_types)) return 1;
     for (int ng : a.n_gen) {
       if (ng <= 0) continue;
       SpecBenchArgs s = a.spec;
       s.n_gen = ng;
       s.repetitions = a.repetitions;
       s.block_size = a.block_size;
-      s.kv_type = a.kv_type;
+      s.kv_types = a.kv_types;
       auto r = bench_speculative(*model, draft.get(), pool, s);
       if (!r.ok()) {
         std::fprintf(stderr, "error: %s\n", r.error().c_str());
@@ -238,7 +238,7 @@ int run_bench(BenchArgs& a) {
   std::unique_ptr<BandwidthProbe> probe;  // made on the first decode row that measures bandwidth
   for (const std::string& path : a.models) {
     auto model = load_model(path, true);
-    if (!model) return 1;
+    if (!model || !kv_types_fit(*model, a.kv_types)) return 1;
     const HParams& hp = model->hparams();
     size_t file_bytes = 0, params = 0;
     for (const TensorView& t : model->file().tensors()) {
@@ -264,7 +264,7 @@ int run_bench(BenchArgs& a) {
       if (with_bandwidth && !probe) probe = std::make_unique<BandwidthProbe>();
       for (int rep = 0; rep <= a.repetitions; ++rep) {  // rep 0 warms up
         const int n_ctx = row.depth + std::max(row.n_prompt, row.n_gen) + 1;
-        BenchSequences seqs(*model, pool, row.n_seqs, n_ctx, a.block_size, a.kv_type);
+        BenchSequences seqs(*model, pool, row.n_seqs, n_ctx, a.block_size, a.kv_types);
         if (row.depth > 0) {
           std::vector<std::vector<int32_t>> fill;
           for (int s = 0; s < row.n_seqs; ++s) fill.push_back(random_tokens(rng, row.depth, hp.n_vocab));
@@ -357,7 +357,7 @@ void add_bench(CLI::App& app, Action& run) {
   cmd->add_flag("!--no-bandwidth", a->measure_bandwidth, "Skip the memory-bandwidth measurement");
   cmd->add_flag("--interleave-depths", a->interleave_depths,
                 "Measure the decode rows of the -d depths token by token in turn (their ratio free of drift)");
-  add_cache_type_options(cmd, a->kv_type);
+  add_cache_type_options(cmd, a->kv_types);
   add_speculative_options(cmd, a->draft_model, a->spec.spec, false);  // also measure speculative decoding
   cmd->add_option("--spec-prompt", a->spec.prompt, "Prompt of the speculative rows (greedy generation)");
   CLI::App* serve = add_bench_serve(*cmd, run);

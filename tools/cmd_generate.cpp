@@ -23,7 +23,7 @@ struct GenerateArgs {
   bool ignore_eos = false;
   bool no_display_prompt = false;
   SamplingParams sampling;
-  KvType kv_type = KvType::F16;
+  KvTypes kv_types = KvType::F16;
   std::string draft_model;  // speculative decoding with a draft model
   SpeculativeConfig spec;
 };
@@ -49,7 +49,7 @@ int run_generate(GenerateArgs& a) {
   }
   a.sampling.seed = a.seed >= 0 ? static_cast<uint64_t>(a.seed) : std::random_device{}();
   auto model = load_model(a.model);
-  if (!model) return 1;
+  if (!model || !kv_types_fit(*model, a.kv_types)) return 1;
   auto tokenizer = Tokenizer::from_gguf(model->file());
   if (!tokenizer.ok()) {
     std::fprintf(stderr, "error: %s\n", tokenizer.error().c_str());
@@ -68,7 +68,7 @@ int run_generate(GenerateArgs& a) {
   config.n_ctx = a.ctx > 0 ? a.ctx : std::min(model->hparams().n_ctx_train, 4096);
   config.block_size = a.block_size;
   config.n_ubatch = a.ubatch;
-  config.kv_type = a.kv_type;
+  config.kv_types = a.kv_types;
   ThreadPool pool(a.threads);
   std::unique_ptr<Model> draft;
   if (!a.draft_model.empty()) {
@@ -150,7 +150,7 @@ void add_generate(CLI::App& app, Action& run) {
   cmd->add_option("--frequency-penalty", args->sampling.frequency_penalty, "Frequency penalty");
   cmd->add_option("-s,--seed", args->seed, "Random seed (-1: random)");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "Keep generating past end-of-sequence tokens");
-  add_cache_type_options(cmd, args->kv_type);
+  add_cache_type_options(cmd, args->kv_types);
   add_speculative_options(cmd, args->draft_model, args->spec, false);
   cmd->add_flag("--no-display-prompt", args->no_display_prompt, "Do not echo the prompt");
   cmd->callback([&run, args] { run = [args] { return run_generate(*args); }; });

@@ -44,8 +44,9 @@ int run_info(const std::string& path) {
               hp.arch.c_str(), hp.n_embd, hp.n_layers, hp.n_heads, hp.n_kv_heads, hp.head_dim, hp.n_ff, hp.n_vocab,
               hp.n_ctx_train, hp.rope_freq_base, hp.n_rot, hp.n_expert, hp.n_expert_used);
   std::printf("KV cache per token:");
-  for (KvType t : {KvType::F32, KvType::F16, KvType::BF16})
-    std::printf(" %s %zu bytes%s", kv_type_name(t), model.value()->kv_spec(1, 16, t).bytes_per_token(), t == KvType::BF16 ? "" : ",");
+  for (KvType t : kAllKvTypes)
+    if (model.value()->kv_spec(1, 16, t).check().empty())
+      std::printf(" %s %zu bytes%s", kv_type_name(t), model.value()->kv_spec(1, 16, t).bytes_per_token(), t == KvType::TQ3 ? "" : ",");
   std::printf(" (at the training context of %d tokens, f16: %.1f MiB)\n", hp.n_ctx_train,
               static_cast<double>(model.value()->kv_spec(1, 16, KvType::F16).bytes_per_token()) * hp.n_ctx_train / 1048576.0);
   return 0;
@@ -79,13 +80,13 @@ struct LogitsArgs {
   std::string model, prompt, prompt_file, output;
   int threads = default_threads();
   bool one_by_one = false;
-  KvType kv_type = KvType::F32;
+  KvTypes kv_types = KvType::F32;
 };
 
 int run_logits(LogitsArgs& a) {
   if (!a.prompt_file.empty() && !read_text_file(a.prompt_file, a.prompt)) return 1;
   auto model = load_model(a.model, true);
-  if (!model) return 1;
+  if (!model || !kv_types_fit(*model, a.kv_types)) return 1;
   auto tokenizer = Tokenizer::from_gguf(model->file());
   if (!tokenizer.ok() || !tokenizer->has_vocab()) {
     std::fprintf(stderr, "error: %s\n", tokenizer.ok() ? "no tokenizer vocabulary in the file" : tokenizer.error().c_str());
@@ -100,7 +101,7 @@ int run_logits(LogitsArgs& a) {
   ThreadPool pool(a.threads);
   GeneratorConfig config;
   config.n_ctx = n;
-  config.kv_type = a.kv_type;
+  config.kv_types = a.kv_types;
   Generator generator(*model, pool, config);
   std::vector<float> logits;  // [n_tokens, n_vocab]
   if (a.one_by_one) {
@@ -169,9 +170,7 @@ void add_logits(CLI::App& app, Action& run) {
                                             "float32 logits[n_tokens][n_vocab]")->required();
   cmd->add_option("-t,--threads", a->threads, "Threads")->check(CLI::Range(1, 1024));
   cmd->add_flag("--one-by-one", a->one_by_one, "Feed the tokens one at a time through the KV cache");
-  cmd->add_option("--cache-type-k", a->kv_type, "KV cache element type: f32 (default here), f16 or bf16")
-      ->transform(CLI::CheckedTransformer(std::map<std::string, KvType>{{"f16", KvType::F16}, {"bf16", KvType::BF16}, {"f32", KvType::F32}},
-                                          CLI::ignore_case));
+  add_cache_type_options(cmd, a->kv_types);  // f32 by default here
   cmd->callback([&run, a] { run = [a] { return run_logits(*a); }; });
 }
 

@@ -25,7 +25,7 @@ struct PerplexityArgs {
   bool kl_divergence = false;
   int threads = default_threads();
   int ctx = 512, ubatch = 512, max_chunks = -1;
-  KvType kv_type = KvType::F16;
+  KvTypes kv_types = KvType::F16;
 };
 
 int fail(const std::string& message) {
@@ -36,7 +36,7 @@ int fail(const std::string& message) {
 int run_perplexity(const PerplexityArgs& a) {
   if (a.kl_divergence && a.base_file.empty()) return fail("--kl-divergence needs --kl-divergence-base FILE");
   auto model = load_model(a.model, true);
-  if (!model) return 1;
+  if (!model || !kv_types_fit(*model, a.kv_types)) return 1;
   const int32_t n_vocab = model->hparams().n_vocab;
 
   // The chunks: from the text, or (KL divergence) the base file's own, so both runs score the same tokens.
@@ -76,10 +76,10 @@ int run_perplexity(const PerplexityArgs& a) {
   GeneratorConfig config;
   config.n_ctx = n_ctx;
   config.n_ubatch = a.ubatch;
-  config.kv_type = a.kv_type;
+  config.kv_types = a.kv_types;
   Generator generator(*model, pool, config);
   std::fprintf(stderr, "perplexity: %zu chunks of %d tokens, %d scored per chunk, KV %s\n", chunks.size(), n_ctx,
-               scored_per_chunk(n_ctx), kv_type_name(a.kv_type));
+               scored_per_chunk(n_ctx), a.kv_types.name().c_str());
   const auto progress = progress_bar("perplexity");
   PerplexityStats ppl, base_ppl;
   KlDivergenceStats kld;
@@ -139,7 +139,7 @@ void add_perplexity(CLI::App& app, Action& run) {
   cmd->add_option("--kl-divergence-base", a->base_file,
                   "Alone: write the log-probabilities to this file; with --kl-divergence: compare against it");
   cmd->add_flag("--kl-divergence", a->kl_divergence, "Report KL divergence and top-1 agreement against the base file");
-  add_cache_type_options(cmd, a->kv_type);
+  add_cache_type_options(cmd, a->kv_types);
   cmd->callback([&run, a] { run = [a] { return run_perplexity(*a); }; });
 }
 

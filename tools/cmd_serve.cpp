@@ -35,7 +35,7 @@ struct ServeArgs {
   int batch_size = 8;       // static/dynamic batching
   double batch_wait_ms = 100;
   bool no_prefix_cache = false;
-  KvType kv_type = KvType::F16;
+  KvTypes kv_types = KvType::F16;
   std::string kv_memory;    // KV cache budget in bytes (overrides -c)
   std::string draft_model;  // speculative decoding
   SpeculativeConfig spec;
@@ -43,7 +43,7 @@ struct ServeArgs {
 
 int run_serve(ServeArgs& a) {
   auto model = load_model(a.model);
-  if (!model) return 1;
+  if (!model || !kv_types_fit(*model, a.kv_types)) return 1;
   auto tokenizer = Tokenizer::from_gguf(model->file());
   if (!tokenizer.ok() || !tokenizer->has_vocab()) {
     std::fprintf(stderr, "error: %s\n", tokenizer.ok() ? "the model has no tokenizer vocabulary" : tokenizer.error().c_str());
@@ -87,8 +87,8 @@ int run_serve(ServeArgs& a) {
   config.scheduler.block_size = a.block_size;
   config.n_blocks = (a.ctx + a.block_size - 1) / a.block_size;
   // A draft model keeps its own KV for as many tokens as the target's: a token costs both.
-  const size_t kv_bytes_per_token = model->kv_spec(1, a.block_size, a.kv_type).bytes_per_token() +
-                                    (draft ? draft->kv_spec(1, a.block_size, a.kv_type).bytes_per_token() : 0);
+  const size_t kv_bytes_per_token = model->kv_spec(1, a.block_size, a.kv_types).bytes_per_token() +
+                                    (draft ? draft->kv_spec(1, a.block_size, a.kv_types).bytes_per_token() : 0);
   if (!a.kv_memory.empty()) {
     // A byte budget: a smaller KV type holds more tokens in the same memory.
     auto bytes = parse_byte_size(a.kv_memory);
@@ -100,12 +100,12 @@ int run_serve(ServeArgs& a) {
     if (blocks < 1 || blocks > (1u << 30)) {
       std::fprintf(stderr, "error: --kv-memory %s holds %llu KV blocks of %d tokens (%zu bytes per token, %s)\n",
                    a.kv_memory.c_str(), static_cast<unsigned long long>(blocks), a.block_size, kv_bytes_per_token,
-                   kv_type_name(a.kv_type));
+                   a.kv_types.name().c_str());
       return 1;
     }
     config.n_blocks = static_cast<int32_t>(blocks);
   }
-  config.kv_type = a.kv_type;
+  config.kv_types = a.kv_types;
   config.prefix_caching = !a.no_prefix_cache;
   config.scheduler.max_running = a.parallel;
   config.scheduler.max_batch_tokens = a.batch;
@@ -131,7 +131,7 @@ int run_serve(ServeArgs& a) {
                "%.1f MiB at %zu bytes per token (%s%s), at most %d requests in flight)\n", a.server.host.c_str(),
                server.port(), a.server.model_name.c_str(), a.threads, config.n_blocks, a.block_size,
                static_cast<double>(kv_bytes_per_token) * config.n_blocks * a.block_size / 1048576.0, kv_bytes_per_token,
-               kv_type_name(a.kv_type), draft ? ", target and draft" : "", server.max_in_flight());
+               a.kv_types.name().c_str(), draft ? ", target and draft" : "", server.max_in_flight());
 
   // Ready once one real forward pass went through the engine.
   {
@@ -212,7 +212,7 @@ void add_serve(CLI::App& app, Action& run) {
   cmd->add_option("--cors-origin", args->server.cors_origin,
                   "Browser origin allowed to call the API (\"*\": any); otherwise cross-origin requests get 403");
   cmd->add_flag("--no-prefix-cache", args->no_prefix_cache, "Do not share KV blocks between requests");
-  add_cache_type_options(cmd, args->kv_type);
+  add_cache_type_options(cmd, args->kv_types);
   add_speculative_options(cmd, args->draft_model, args->spec, true);
   cmd->callback([&run, args] { run = [args] { return run_serve(*args); }; });
 }

@@ -15,13 +15,23 @@
 
 namespace kestrel::cli {
 
-void add_cache_type_options(CLI::App* cmd, KvType& type) {
-  static const std::map<std::string, KvType> kTypes{{"f16", KvType::F16}, {"bf16", KvType::BF16}, {"f32", KvType::F32}};
-  auto* k = cmd->add_option("--cache-type-k", type, "KV cache element type: f16 (default), bf16 (fastest attention with AVX-512 BF16) or f32")
-                ->transform(CLI::CheckedTransformer(kTypes, CLI::ignore_case));
-  cmd->add_option("--cache-type-v", type, "Must equal --cache-type-k (K and V share one element type)")
-      ->transform(CLI::CheckedTransformer(kTypes, CLI::ignore_case))
-      ->excludes(k);
+void add_cache_type_options(CLI::App* cmd, KvTypes& types) {
+  const auto parse = [](KvType& out) {
+    return [&out](const std::vector<std::string>& values) {
+      const std::optional<KvType> t = parse_kv_type(values.front());
+      if (!t) throw CLI::ValidationError("unknown KV cache type '" + values.front() + "'");
+      out = *t;
+      return true;
+    };
+  };
+  std::string names;
+  for (KvType t : kAllKvTypes) names += std::string(names.empty() ? "" : ", ") + kv_type_name(t);
+  cmd->add_option("--cache-type-k", parse(types.k), "KV cache type of keys (also -ctk): " + names + " (docs/kv_cache.md)")
+      ->type_name("TYPE")
+      ->default_str(kv_type_name(types.k));
+  cmd->add_option("--cache-type-v", parse(types.v), "KV cache type of values (also -ctv; the same names)")
+      ->type_name("TYPE")
+      ->default_str(kv_type_name(types.v));
 }
 
 void add_speculative_options(CLI::App* cmd, std::string& draft_model, SpeculativeConfig& spec, bool serving) {
@@ -93,6 +103,12 @@ std::function<void(double)> progress_bar(const std::string& label) {
     if (percent >= 100) std::fprintf(stderr, "\n");
     std::fflush(stderr);
   };
+}
+
+bool kv_types_fit(const Model& model, KvTypes types) {
+  const std::string why = model.kv_spec(1, 16, types).check();
+  if (!why.empty()) std::fprintf(stderr, "error: --cache-type: %s\n", why.c_str());
+  return why.empty();
 }
 
 std::unique_ptr<Model> load_model(const std::string& path, bool quiet) {

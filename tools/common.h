@@ -24,8 +24,10 @@ void add_perplexity(CLI::App& app, Action& run);
 CLI::App* add_bench_serve(CLI::App& bench, Action& run);
 
 int default_threads();
-// --cache-type-k / --cache-type-v (f16 or f32; K and V share one type), llama.cpp's long names.
-void add_cache_type_options(CLI::App* cmd, KvType& type);
+// -ctk/--cache-type-k and -ctv/--cache-type-v, llama.cpp's flags and type names (compute/kv_quant.h).
+void add_cache_type_options(CLI::App* cmd, KvTypes& types);
+// Whether the model's K/V rows can be stored as `types`; prints why not.
+bool kv_types_fit(const Model& model, KvTypes types);
 // Speculative decoding: --draft-model (-md), --spec-ngram, --draft-max/--draft, --draft-min, and in
 // serving --spec-max-batch.
 void add_speculative_options(CLI::App* cmd, std::string& draft_model, SpeculativeConfig& spec, bool serving);

@@ -33,6 +33,8 @@ int main(int argc, char** argv) {
   for (std::string& a : args) {
     if (a == "-np") a = "--parallel";
     if (a == "-md") a = "--draft-model";
+    if (a == "-ctk") a = "--cache-type-k";
+    if (a == "-ctv") a = "--cache-type-v";
   }
   std::reverse(args.begin(), args.end());  // CLI11 takes the arguments in reverse order
   try {
@@ -40,5 +42,11 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  return run ? run() : 1;
+  if (!run) return 1;
+  try {
+    return run();
+  } catch (const std::exception& e) {  // a clear message for what the commands' own checks missed
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
 }

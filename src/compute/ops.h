@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "compute/kv_layer_view.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
@@ -40,62 +41,6 @@ std::shared_ptr<const PackedMatrix> pack_for_kernels(const WeightMatrix& w);
 enum class RopeStyle {
   Interleaved,  // rotates pairs (x[2i], x[2i+1]) — GGUF llama files (Q/K rows permuted by the converter)
   NeoX,         // rotates pairs (x[i], x[i + n_rot/2]) — Qwen, GPT-NeoX
-};
-
-// Element type of the KV cache pages. BF16 pages are laid out for BF16 dot products (see KvLayerView).
-enum class KvType { F32, F16, BF16 };
-inline const char* kv_type_name(KvType t) { return t == KvType::F32 ? "f32" : t == KvType::F16 ? "f16" : "bf16"; }
-
-// Paged K/V of one layer, pages ordered [kv_head][block] (a sequence whose blocks were allocated in order
-// reads each head's pages as one stream). Per page (block) and KV head:
-//   K, row layout:        [block_size, k_dim]   (token rows)
-//   K, transposed layout: [k_dim, block_size]   (one row per dimension: the keys of a page side by side,
-//                                                 so attention scores a page with one vector op per dim)
-//   V:                    [block_size, v_stride] of which the first v_dim are used.
-// With latent attention (MLA) V is the first v_dim elements of each K row: v == k, v_stride == k_dim, and K
-// uses the row layout. Elements are `type` (float, fp16 or bf16 bits). BF16 pages interleave pairs so one
-// 32-bit lane holds two products' inputs: transposed K as [k_dim / 2, block_size, 2] (two dimensions of
-// a key) and V as [block_size / 2, v_stride, 2] (one dimension of two keys).
-struct KvLayerView {
-  void* k = nullptr;
-  void* v = nullptr;
-  KvType type = KvType::F32;
-  bool k_transposed = false;
-  int block_size = 16;
-  int n_kv_heads = 0;
-  int k_dim = 0;
-  int v_dim = 0;
-  int v_stride = 0;
-  int32_t n_blocks = 0;  // pages per KV head: each head's pages lie together, in block-id order
-
-  bool v_in_k() const { return v == k; }
-  size_t element_bytes() const { return type == KvType::F32 ? 4 : 2; }
-  // Element offsets of the page of (block, kv_head) and of one element inside it.
-  size_t k_page(int32_t block, int kv_head) const { return page(block, kv_head) * static_cast<size_t>(k_dim); }
-  size_t v_page(int32_t block, int kv_head) const { return page(block, kv_head) * static_cast<size_t>(v_stride); }
-  size_t k_element(int32_t block, int kv_head, int offset, int dim) const {
-    if (!k_transposed) return k_page(block, kv_head) + static_cast<size_t>(offset) * k_dim + dim;
-    if (type == KvType::BF16)
-      return k_page(block, kv_head) + (static_cast<size_t>(dim / 2) * block_size + offset) * 2 + dim % 2;
-    return k_page(block, kv_head) + static_cast<size_t>(dim) * block_size + offset;
-  }
-  size_t v_element(int32_t block, int kv_head, int offset, int dim) const {
-    if (type == KvType::BF16 && !v_in_k())
-      return v_page(block, kv_head) + (static_cast<size_t>(offset / 2) * v_stride + dim) * 2 + offset % 2;
-    return v_page(block, kv_head) + static_cast<size_t>(offset) * v_stride + dim;
-  }
-  float k_at(int32_t block, int kv_head, int offset, int dim) const { return load(k, k_element(block, kv_head, offset, dim)); }
-  float v_at(int32_t block, int kv_head, int offset, int dim) const { return load(v, v_element(block, kv_head, offset, dim)); }
-  void set_k(int32_t block, int kv_head, int offset, int dim, float x) const { store(k, k_element(block, kv_head, offset, dim), x); }
-  void set_v(int32_t block, int kv_head, int offset, int dim, float x) const { store(v, v_element(block, kv_head, offset, dim), x); }
-
- private:
-  size_t page(int32_t block, int kv_head) const {
-    return (static_cast<size_t>(kv_head) * static_cast<size_t>(n_blocks) + static_cast<size_t>(block)) *
-           static_cast<size_t>(block_size);
-  }
-  float load(const void* base, size_t i) const;
-  void store(void* base, size_t i, float x) const;
 };
 
 // What attention needs per query token: its position and its sequence's block table.

@@ -34,11 +34,11 @@ Engine::Engine(const Model& model, ThreadPool& pool, const EngineConfig& config,
       config_(config),
       max_seq_len_(usable_seq_len(model, config)),
       pages_(config.n_blocks, config.scheduler.block_size, config.prefix_caching),
-      kv_(model.kv_spec(config.n_blocks, config.scheduler.block_size, config.kv_type)),
+      kv_(model.kv_spec(config.n_blocks, config.scheduler.block_size, config.kv_types)),
       scheduler_(pages_, config.scheduler),
       runner_(model, pool, kv_),
       drafter_(draft ? std::make_unique<ModelDrafter>(*draft, pool, config.n_blocks, config.scheduler.block_size,
-                                                      config.kv_type, config.scheduler.max_batch_tokens)
+                                                      config.kv_types, config.scheduler.max_batch_tokens)
                      : nullptr),
       speculative_(draft != nullptr || config.spec.ngram > 0),
       spec_control_(config.spec.max_batch, config.spec.measured) {}

@@ -35,7 +35,7 @@ namespace kestrel {
 
 struct EngineConfig {
   int32_t n_blocks = 1024;      // KV pages of block_size tokens, shared by every sequence
-  KvType kv_type = KvType::F16;
+  KvTypes kv_types = KvType::F16;
   bool prefix_caching = true;
   int32_t max_seq_len = 0;      // most tokens per sequence (0: the model's training context), capped by the pool
   SchedulerConfig scheduler;    // its block_size is the page size

@@ -14,7 +14,7 @@ Generator::Generator(const Model& model, ThreadPool& pool, const GeneratorConfig
     : model_(model),
       config_(config),
       pages_(blocks_for(config.n_ctx, config.block_size), config.block_size, false),
-      kv_(model.kv_spec(blocks_for(config.n_ctx, config.block_size), config.block_size, config.kv_type)),
+      kv_(model.kv_spec(blocks_for(config.n_ctx, config.block_size), config.block_size, config.kv_types)),
       runner_(model, pool, kv_) {}
 
 void Generator::reset() {

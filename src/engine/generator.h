@@ -22,7 +22,7 @@ struct GeneratorConfig {
   int32_t n_ctx = 2048;      // most tokens the sequence may hold (KV pages are sized for this)
   int32_t block_size = 16;   // tokens per KV page
   int32_t n_ubatch = 512;    // most tokens per forward during prefill
-  KvType kv_type = KvType::F16;  // element type of the KV pages
+  KvTypes kv_types = KvType::F16;  // element type of the KV pages
 };
 
 struct GenerationStats {

@@ -4,13 +4,13 @@
 
 namespace kestrel {
 
-ModelDrafter::ModelDrafter(const Model& draft, ThreadPool& pool, int32_t n_blocks, int32_t block_size, KvType kv_type,
+ModelDrafter::ModelDrafter(const Model& draft, ThreadPool& pool, int32_t n_blocks, int32_t block_size, KvTypes kv_types,
                            int32_t max_batch_tokens)
     : model_(draft),
       n_vocab_(draft.hparams().n_vocab),
       max_batch_tokens_(std::max(1, max_batch_tokens)),
       pages_(n_blocks, block_size, false),
-      kv_(draft.kv_spec(n_blocks, block_size, kv_type)),
+      kv_(draft.kv_spec(n_blocks, block_size, kv_types)),
       runner_(draft, pool, kv_) {}
 
 void ModelDrafter::forget(int64_t seq_id) {

@@ -33,7 +33,7 @@ struct DraftJob {
 class ModelDrafter {
  public:
   // n_blocks pages of block_size tokens for the draft's KV; most tokens per forward: max_batch_tokens.
-  ModelDrafter(const Model& draft, ThreadPool& pool, int32_t n_blocks, int32_t block_size, KvType kv_type,
+  ModelDrafter(const Model& draft, ThreadPool& pool, int32_t n_blocks, int32_t block_size, KvTypes kv_types,
                int32_t max_batch_tokens);
 
   // Returns the tokens run to catch up (a new sequence's whole prompt, else one or two per job).

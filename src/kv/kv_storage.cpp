@@ -1,38 +1,46 @@
 #include "kv/kv_storage.h"
 
 #include <cstring>
+#include <stdexcept>
 
+#include "compute/kv_rotation.h"
 #include "core/large_buffer.h"
 
 namespace kestrel {
 
+std::string KvCacheSpec::check() const {
+  if (v_in_k && types.v != types.k) return "latent attention caches one row per token: V has K's type";
+  if (std::string why = kv_row_check(types.k, k_dim); !why.empty()) return why;
+  if (!v_in_k)
+    if (std::string why = kv_row_check(types.v, v_dim); !why.empty()) return why;
+  if (kv_type_quantized(types.k) && k_dim > kKvMaxRow) return "quantized KV rows hold at most 2048 values";
+  return {};
+}
+
 KvStorage::KvStorage(const KvCacheSpec& spec) : spec_(spec) {
-  k_ = allocate_large_buffer(spec.elements_per_layer_k() * spec.n_layers * spec.element_bytes());
-  v_ = allocate_large_buffer(spec.elements_per_layer_v() * spec.n_layers * spec.element_bytes());
+  if (std::string why = spec.check(); !why.empty()) throw std::invalid_argument(why);
+  k_ = allocate_large_buffer(spec.bytes_per_layer_k() * spec.n_layers);
+  v_ = allocate_large_buffer(spec.bytes_per_layer_v() * spec.n_layers);
 }
 
 void KvStorage::copy_block(int32_t src, int32_t dst) {
   for (int il = 0; il < spec_.n_layers; ++il) {
     const KvLayerView view = layer(il);
-    const size_t k_bytes = static_cast<size_t>(spec_.block_size) * spec_.k_dim * spec_.element_bytes();
-    const size_t v_bytes = static_cast<size_t>(spec_.block_size) * view.v_stride * spec_.element_bytes();
     for (int h = 0; h < spec_.n_kv_heads; ++h) {
       auto* k = static_cast<uint8_t*>(view.k);
-      std::memcpy(k + view.k_page(dst, h) * spec_.element_bytes(), k + view.k_page(src, h) * spec_.element_bytes(),
-                  k_bytes);
+      std::memcpy(k + view.k_page_offset(dst, h), k + view.k_page_offset(src, h), view.k_page_bytes());
       if (spec_.v_in_k) continue;
       auto* v = static_cast<uint8_t*>(view.v);
-      std::memcpy(v + view.v_page(dst, h) * spec_.element_bytes(), v + view.v_page(src, h) * spec_.element_bytes(),
-                  v_bytes);
+      std::memcpy(v + view.v_page_offset(dst, h), v + view.v_page_offset(src, h), view.v_page_bytes());
     }
   }
 }
 
 KvLayerView KvStorage::layer(int il) {
   KvLayerView view;
-  view.k = k_.get() + spec_.elements_per_layer_k() * spec_.element_bytes() * il;
-  view.v = spec_.v_in_k ? view.k : v_.get() + spec_.elements_per_layer_v() * spec_.element_bytes() * il;
-  view.type = spec_.type;
+  view.k = k_.get() + spec_.bytes_per_layer_k() * il;
+  view.v = spec_.v_in_k ? view.k : v_.get() + spec_.bytes_per_layer_v() * il;
+  view.types = spec_.types;
   view.k_transposed = !spec_.v_in_k;
   view.block_size = spec_.block_size;
   view.n_kv_heads = spec_.n_kv_heads;
@@ -40,6 +48,7 @@ KvLayerView KvStorage::layer(int il) {
   view.k_dim = spec_.k_dim;
   view.v_dim = spec_.v_dim;
   view.v_stride = spec_.v_in_k ? spec_.k_dim : spec_.v_dim;
+  view.rotation_seed = kv_rotation_seed(il);
   return view;
 }
 

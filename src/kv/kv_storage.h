@@ -1,10 +1,11 @@
 // Page memory for every layer. Per layer and page, K and V of each KV head as KvLayerView describes
-// (elements F32 or F16; K pages transposed for standard attention). For latent attention (MLA) V is not
+// (float elements or quantized codes and scales; K pages transposed for standard attention). For latent attention (MLA) V is not
 // stored separately: each token caches one latent row of k_dim elements whose first v_dim serve as its value.
 // Block ids come from a BlockPool of the same n_blocks; this class only owns the bytes.
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "compute/ops.h"
@@ -16,25 +17,26 @@ struct KvCacheSpec {
   int n_kv_heads = 0;
   int k_dim = 0;        // elements per token per KV head for keys (MLA: kv_lora_rank + rope dims)
   int v_dim = 0;        // elements per token per KV head for values (MLA: kv_lora_rank)
-  bool v_in_k = false;  // MLA: values are the first v_dim elements of the key row
-  KvType type = KvType::F32;
+  bool v_in_k = false;  // MLA: values are the first v_dim elements of the key row (and have K's type)
+  KvTypes types = KvType::F32;
   int block_size = 16;
   int32_t n_blocks = 0;
 
-  size_t elements_per_layer_k() const { return static_cast<size_t>(n_blocks) * n_kv_heads * block_size * k_dim; }
-  size_t elements_per_layer_v() const {
-    return v_in_k ? 0 : static_cast<size_t>(n_blocks) * n_kv_heads * block_size * v_dim;
-  }
-  size_t element_bytes() const { return type == KvType::F32 ? 4 : 2; }
-  size_t bytes() const { return n_layers * (elements_per_layer_k() + elements_per_layer_v()) * element_bytes(); }
+  // Bytes of one token's K row and V row of one KV head in one layer.
+  size_t k_row_bytes() const { return kv_row_bytes(types.k, k_dim); }
+  size_t v_row_bytes() const { return v_in_k ? 0 : kv_row_bytes(types.v, v_dim); }
+  size_t bytes_per_layer_k() const { return static_cast<size_t>(n_blocks) * n_kv_heads * block_size * k_row_bytes(); }
+  size_t bytes_per_layer_v() const { return static_cast<size_t>(n_blocks) * n_kv_heads * block_size * v_row_bytes(); }
+  size_t bytes() const { return n_layers * (bytes_per_layer_k() + bytes_per_layer_v()); }
   // KV bytes one token occupies over all layers and KV heads (K, and V unless it lives in K).
-  size_t bytes_per_token() const {
-    return static_cast<size_t>(n_layers) * n_kv_heads * (k_dim + (v_in_k ? 0 : v_dim)) * element_bytes();
-  }
+  size_t bytes_per_token() const { return static_cast<size_t>(n_layers) * n_kv_heads * (k_row_bytes() + v_row_bytes()); }
+  // Empty when the types can store this model's rows, else why not.
+  std::string check() const;
 };
 
 class KvStorage {
  public:
+  // Throws std::invalid_argument when spec.check() fails.
   explicit KvStorage(const KvCacheSpec& spec);
   const KvCacheSpec& spec() const { return spec_; }
   KvLayerView layer(int il);

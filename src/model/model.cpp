@@ -78,15 +78,16 @@ size_t Model::weight_bytes_per_token() const {
   return total + weights_.token_embd->row_bytes();
 }
 
-KvCacheSpec Model::kv_spec(int32_t n_blocks, int block_size, KvType type) const {
+KvCacheSpec Model::kv_spec(int32_t n_blocks, int block_size, KvTypes types) const {
   KvCacheSpec spec;
-  spec.type = type;
+  spec.types = types;
   spec.n_layers = hparams_.n_layers;
   if (arch_->latent_attention) {  // one latent row per token: [kv_lora_rank | rope key], value = the latent
     spec.n_kv_heads = 1;
     spec.k_dim = hparams_.kv_lora_rank + hparams_.n_rot;
     spec.v_dim = hparams_.kv_lora_rank;
     spec.v_in_k = true;
+    spec.types.v = types.k;
   } else {
     spec.n_kv_heads = hparams_.n_kv_heads;
     spec.k_dim = hparams_.head_dim;

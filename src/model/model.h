@@ -36,7 +36,7 @@ class Model {
   size_t weight_bytes_per_token() const;
 
   // KV cache geometry for this model with n_blocks pages of block_size tokens of `type` elements.
-  KvCacheSpec kv_spec(int32_t n_blocks, int block_size, KvType type) const;
+  KvCacheSpec kv_spec(int32_t n_blocks, int block_size, KvTypes types) const;
 
   // Runs the batch through every layer, writing each token's K/V into its slot in `kv` and the logits of
   // batch.logits_rows into logits: [logits_rows.size(), n_vocab]. Positions must be < the block tables'

@@ -1,7 +1,7 @@
-// Paged causal attention. The fast path (transposed K pages of 4, 8 or a multiple of 16 tokens, head widths
-// up to 256) runs the per-ISA page kernel of attention_impl.h over (token, KV head) items. Other layouts
-// (latent attention's shared rows, odd page sizes) take the generic path below: an online softmax over one
-// key at a time, reading elements through the view.
+// Paged causal attention. The fast path (see attend_kernel) runs the per-ISA page kernels of
+// attention_impl.h (float pages) and attention_quant_impl.h (quantized pages) over (token, KV head) items.
+// Other layouts (latent attention's shared rows, odd page sizes, K and V of different types) take the
+// generic path below: an online softmax over one key at a time, reading rows through the view.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -9,6 +9,7 @@
 #include "compute/cpu/attention.h"
 #include "compute/cpu/isa.h"
 #include "compute/cpu/kv_store_head.h"
+#include "compute/kv_rotation.h"
 #include "compute/ops.h"
 #include "core/fp16.h"
 
@@ -34,11 +35,29 @@ struct Scalar {
   static float reduce_max(type v) { return v; }
   static float reduce_add(type v) { return v; }
   static type exp(type x);
+  // Quantized pages (attention_quant_impl.h).
+  using itype = uint32_t;
+  using lut_type = const float*;
+  static itype widen_u8(const uint8_t* p) { return *p; }
+  static type widen_i8(const uint8_t* p) { return static_cast<float>(static_cast<int8_t>(*p)); }
+  static itype srl(itype x, int n) { return x >> n; }
+  static itype shl(itype x, int n) { return x << n; }
+  static itype srlv(itype x, itype n) { return x >> n; }
+  static itype and_i(itype x, int m) { return x & static_cast<itype>(m); }
+  static itype or_i(itype a, itype b) { return a | b; }
+  static itype add_i(itype a, itype b) { return a + b; }
+  static itype set1_i(uint32_t x) { return x; }
+  static itype iota() { return 0; }
+  static type to_float(itype x) { return static_cast<float>(x); }
+  static type fp8(itype b) { return fp16_to_fp32(static_cast<uint16_t>(((b & 0x80u) << 8) | ((b & 0x7Fu) << 7))); }
+  static lut_type make_lut(const float* table) { return table; }
+  static type lookup(lut_type t, itype idx) { return t[idx]; }
 };
 }  // namespace
 }  // namespace kestrel
 
 #include "compute/cpu/attention_impl.h"
+#include "compute/cpu/attention_quant_impl.h"
 
 namespace kestrel {
 
@@ -47,11 +66,14 @@ Scalar::type Scalar::exp(type x) { return attend_exp_scalar(x); }
 }  // namespace
 
 AttendFn attend_kernel_baseline(bool f16) { return f16 ? attend<Scalar, uint16_t> : attend<Scalar, float>; }
+AttendFn attend_quant_kernel_baseline(KvType t) { return attend_quant_for<Scalar>(t); }
 
 #if !defined(KESTREL_HAVE_X86_KERNELS)
 AttendFn attend_kernel_avx2(bool) { return nullptr; }
 AttendFn attend_kernel_avx512(bool) { return nullptr; }
 AttendFn attend_kernel_bf16_avx512() { return nullptr; }
+AttendFn attend_quant_kernel_avx2(KvType) { return nullptr; }
+AttendFn attend_quant_kernel_avx512(KvType) { return nullptr; }
 #endif
 #if !defined(KESTREL_HAVE_NEON_KERNELS)
 AttendFn attend_kernel_neon(bool) { return nullptr; }
@@ -59,7 +81,7 @@ AttendFn attend_kernel_neon(bool) { return nullptr; }
 
 namespace {
 
-AttendFn attend_kernel(KvType type, Isa isa) {
+AttendFn attend_float_kernel(KvType type, Isa isa) {
   if (type == KvType::BF16) return isa_includes(isa, Isa::Avx512) && cpu_has_avx512_bf16() ? attend_kernel_bf16_avx512() : nullptr;
   const bool f16 = type == KvType::F16;
   AttendFn fn = nullptr;
@@ -69,31 +91,67 @@ AttendFn attend_kernel(KvType type, Isa isa) {
   return fn ? fn : attend_kernel_baseline(f16);
 }
 
-// Generic path: one (token, query head) at a time, key by key.
+AttendFn attend_quant_kernel(KvType type, Isa isa) {
+  AttendFn fn = nullptr;
+  if (isa_includes(isa, Isa::Avx512)) fn = attend_quant_kernel_avx512(type);
+  if (!fn && isa_includes(isa, Isa::Avx2)) fn = attend_quant_kernel_avx2(type);
+  return fn ? fn : attend_quant_kernel_baseline(type);
+}
+
+// The page kernel for this layout, or nullptr for the generic path: transposed K pages of K and V of one
+// type, head widths up to 256; float pages of 4, 8 or a multiple of 16 tokens (value widths off the 16-lane
+// grid finish with scalar lanes, except on pair-interleaved BF16 pages); quantized pages of a multiple of 16
+// tokens and head widths a multiple of 32 (one scale per 32 values).
+AttendFn attend_kernel(const KvLayerView& kv, Isa isa) {
+  if (!kv.k_transposed || kv.v_in_k() || kv.types.k != kv.types.v || kv.k_dim > kAttendMaxDim || kv.v_dim > kAttendMaxDim)
+    return nullptr;
+  const KvType type = kv.types.k;
+  if (kv_type_quantized(type))
+    return kv.block_size % kAttendTile == 0 && kv.k_dim % kQuantGroup == 0 && kv.v_dim % kQuantGroup == 0
+               ? attend_quant_kernel(type, isa)
+               : nullptr;
+  if (!attend_page_size_ok(kv.block_size) || kv.k_dim % 2 != 0 || (kv.v_dim % kAttendTile != 0 && type == KvType::BF16))
+    return nullptr;
+  return attend_float_kernel(type, isa);
+}
+
+// Generic path: one (token, KV head) at a time, key by key, each key's rows decoded once for the heads
+// that share them (in the original basis: read_k / read_v undo rotations).
 void attention_generic(ThreadPool& pool, const float* q, const KvLayerView& kv, const AttentionRows& rows, float* out,
                        int n_tok, int n_heads, float scale) {
   const int group = n_heads / kv.n_kv_heads;
-  pool.parallel_for(static_cast<size_t>(n_tok) * n_heads, 1, [&](size_t begin, size_t end, int) {
-    std::vector<float> acc(static_cast<size_t>(kv.v_dim));  // [v_dim]
+  pool.parallel_for(static_cast<size_t>(n_tok) * kv.n_kv_heads, 1, [&](size_t begin, size_t end, int) {
+    std::vector<float> acc(static_cast<size_t>(group) * kv.v_dim);  // [group, v_dim]
+    std::vector<float> k_row(static_cast<size_t>(kv.k_dim)), v_row(static_cast<size_t>(kv.v_dim));
+    std::vector<float> running_max(static_cast<size_t>(group)), denom(static_cast<size_t>(group));
     for (size_t item = begin; item < end; ++item) {
-      const int t = static_cast<int>(item / n_heads), h = static_cast<int>(item % n_heads), kvh = h / group;
-      const float* qh = q + item * kv.k_dim;
-      float running_max = -INFINITY, denom = 0;
+      const int t = static_cast<int>(item / kv.n_kv_heads), kvh = static_cast<int>(item % kv.n_kv_heads);
+      const size_t first_head = static_cast<size_t>(t) * n_heads + static_cast<size_t>(kvh) * group;
       std::fill(acc.begin(), acc.end(), 0.f);
+      std::fill(running_max.begin(), running_max.end(), -INFINITY);
+      std::fill(denom.begin(), denom.end(), 0.f);
       for (int32_t p = 0; p <= rows.positions[t]; ++p) {
         const int32_t block = rows.block_tables[t][p / kv.block_size];
         const int offset = p % kv.block_size;
-        float s = 0;
-        for (int d = 0; d < kv.k_dim; ++d) s += qh[d] * kv.k_at(block, kvh, offset, d);
-        s *= scale;
-        const float new_max = std::max(running_max, s);
-        const float correction = std::exp(running_max - new_max), weight = std::exp(s - new_max);
-        denom = denom * correction + weight;
-        for (int d = 0; d < kv.v_dim; ++d) acc[d] = acc[d] * correction + weight * kv.v_at(block, kvh, offset, d);
-        running_max = new_max;
+        kv.read_k(block, kvh, offset, k_row.data());
+        kv.read_v(block, kvh, offset, v_row.data());
+        for (int g = 0; g < group; ++g) {
+          const float* qh = q + (first_head + g) * kv.k_dim;
+          float s = 0;
+          for (int d = 0; d < kv.k_dim; ++d) s += qh[d] * k_row[d];
+          s *= scale;
+          const float new_max = std::max(running_max[g], s);
+          const float correction = std::exp(running_max[g] - new_max), weight = std::exp(s - new_max);
+          denom[g] = denom[g] * correction + weight;
+          float* a = acc.data() + static_cast<size_t>(g) * kv.v_dim;
+          for (int d = 0; d < kv.v_dim; ++d) a[d] = a[d] * correction + weight * v_row[d];
+          running_max[g] = new_max;
+        }
       }
-      float* o = out + item * kv.v_dim;
-      for (int d = 0; d < kv.v_dim; ++d) o[d] = acc[d] / denom;
+      for (int g = 0; g < group; ++g) {
+        float* o = out + (first_head + g) * kv.v_dim;
+        for (int d = 0; d < kv.v_dim; ++d) o[d] = acc[static_cast<size_t>(g) * kv.v_dim + d] / denom[g];
+      }
     }
   });
 }
@@ -114,27 +172,33 @@ bool tokens_in_distinct_sequences(const AttentionRows& rows) {
 
 void attention_paged_on(Isa isa, ThreadPool& pool, const float* q, const KvLayerView& kv, const AttentionRows& rows,
                         float* out, int n_tok, int n_heads, float scale, const ops::KvWrite* write) {
-  // Value widths off the 16-lane grid finish with scalar lanes, except on BF16 pages (pair-interleaved).
-  const bool fast = kv.k_transposed && !kv.v_in_k() && attend_page_size_ok(kv.block_size) &&
-                    kv.k_dim <= kAttendMaxDim && kv.v_dim <= kAttendMaxDim && kv.k_dim % 2 == 0 &&
-                    (kv.v_dim % kAttendTile == 0 || kv.type != KvType::BF16);
-  const AttendFn attend_fn = fast ? attend_kernel(kv.type, isa) : nullptr;
+  const AttendFn attend_fn = attend_kernel(kv, isa);
   if (write && !(attend_fn && tokens_in_distinct_sequences(rows))) {
     ops::kv_store(kv, rows, *write, n_tok);
     write = nullptr;
   }
   if (!attend_fn) return attention_generic(pool, q, kv, rows, out, n_tok, n_heads, scale);
   const int group = n_heads / kv.n_kv_heads;
+  const bool rotated = kv_type_rotated(kv.types.k);  // K and V alike on this path
   pool.parallel_for(static_cast<size_t>(n_tok) * kv.n_kv_heads, 1, [&](size_t begin, size_t end, int) {
     float scratch[kAttendMaxDim];  // one rotated K row
+    std::vector<float> q_rotated(rotated ? static_cast<size_t>(group) * kv.k_dim : 0);  // [group, k_dim]
     for (size_t item = begin; item < end; ++item) {
       const int t = static_cast<int>(item / kv.n_kv_heads), h = static_cast<int>(item % kv.n_kv_heads);
       if (write) ops::kv_store_head(kv, rows, *write, t, h, scratch);
       const size_t first_head = static_cast<size_t>(t) * n_heads + static_cast<size_t>(h) * group;
-      const AttendArgs args{q + first_head * kv.k_dim, group, kv.k_dim, kv.v_dim, kv.k, kv.v, kv.v_stride,
-                            kv.block_size, kv.n_blocks, h, rows.block_tables[t], rows.positions[t] + 1, scale,
-                            out + first_head * kv.v_dim};
+      const float* q_heads = q + first_head * kv.k_dim;
+      if (rotated) {  // q.k = (Rq).(Rk): rotate the group's queries once instead of every key
+        std::copy_n(q_heads, q_rotated.size(), q_rotated.begin());
+        for (int g = 0; g < group; ++g) kv_rotate(q_rotated.data() + static_cast<size_t>(g) * kv.k_dim, kv.k_dim, kv.rotation_seed);
+        q_heads = q_rotated.data();
+      }
+      float* out_heads = out + first_head * kv.v_dim;
+      const AttendArgs args{q_heads, group, kv.k_dim, kv.v_dim, kv.k, kv.v, kv.v_stride, kv.block_size, kv.n_blocks, h,
+                            rows.block_tables[t], rows.positions[t] + 1, scale, out_heads};
       attend_fn(args);
+      if (rotated)  // values were summed in the rotated basis: rotate the outputs back
+        for (int g = 0; g < group; ++g) kv_unrotate(out_heads + static_cast<size_t>(g) * kv.v_dim, kv.v_dim, kv.rotation_seed);
     }
   });
 }

@@ -11,14 +11,38 @@ struct AttendVec512 : Vec512 {
   static constexpr int kMaxGroup = 8;
   static constexpr int kTileKeys = 32;  // keys scored per tile
   static constexpr int kValueSlices = 2;  // value slices accumulated together
+  // Quantized pages (attention_quant_impl.h).
+  using lut_type = __m512;
+  static itype widen_u8(const uint8_t* p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static type widen_i8(const uint8_t* p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
+  static itype srl(itype x, int n) { return _mm512_srl_epi32(x, _mm_cvtsi32_si128(n)); }
+  static itype shl(itype x, int n) { return _mm512_sll_epi32(x, _mm_cvtsi32_si128(n)); }
+  static itype srlv(itype x, itype n) { return _mm512_srlv_epi32(x, n); }
+  static itype and_i(itype x, int m) { return _mm512_and_si512(x, _mm512_set1_epi32(m)); }
+  static itype or_i(itype a, itype b) { return _mm512_or_si512(a, b); }
+  static itype add_i(itype a, itype b) { return _mm512_add_epi32(a, b); }
+  static itype set1_i(uint32_t x) { return _mm512_set1_epi32(static_cast<int>(x)); }
+  static itype iota() { return _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); }
+  static type to_float(itype x) { return _mm512_cvtepi32_ps(x); }
+  static type fp8(itype b) {  // sign to bit 15, exponent and mantissa under fp16's: the value / 256
+    const itype h = _mm512_or_si512(_mm512_slli_epi32(_mm512_and_si512(b, _mm512_set1_epi32(0x80)), 8),
+                                    _mm512_slli_epi32(_mm512_and_si512(b, _mm512_set1_epi32(0x7F)), 7));
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h));
+  }
+  static lut_type make_lut(const float* table) { return _mm512_loadu_ps(table); }
+  static type lookup(lut_type t, itype idx) { return _mm512_permutexvar_ps(idx, t); }
 };
 }  // namespace
 }  // namespace kestrel
 
 #include "compute/cpu/attention_impl.h"
+#include "compute/cpu/attention_quant_impl.h"
 
 namespace kestrel {
 AttendFn attend_kernel_avx512(bool f16) { return f16 ? attend<AttendVec512, uint16_t> : attend<AttendVec512, float>; }
+AttendFn attend_quant_kernel_avx512(KvType t) { return attend_quant_for<AttendVec512>(t); }
 }  // namespace kestrel
 
 // BF16 pages: scores with one vdpbf16ps per pair of dimensions (16 keys x 2 dims), values with one per
@@ -84,7 +108,8 @@ void attend_bf16_chunk(const AttendArgs& a, int g0) {
         const uint16_t* v0 = vbase + page * bs * dv + ((pos % bs) / 2) * dv * 2;  // key-pair rows [bs / 2][dv][2]
         for (int r = 0; r < page_keys / 2; ++r) vpair[(t * B + j) / 2 + r] = v0 + static_cast<size_t>(r) * dv * 2;
       }
-      AheadPrefetch ahead(a, sizeof(uint16_t), start + kAttendPrefetchTiles * B, B, page_keys, d / 2);
+      AheadPrefetch ahead(a, sizeof(uint16_t) * bs * d, sizeof(uint16_t) * bs * a.v_stride, start + kAttendPrefetchTiles * B, B,
+                          page_keys, d / 2);
       __m512 s[GC];
       for (int g = 0; g < GC; ++g) s[g] = _mm512_setzero_ps();
       for (int i = 0; i < d / 2; ++i) {

@@ -20,8 +20,8 @@ namespace kestrel {
 struct AttendArgs {
   const float* q;        // [G, d] query heads sharing this KV head
   int G, d, dv;          // heads in the group, key and value widths
-  const void* k;         // layer K base: pages [block][kv_head][d][block_size]
-  const void* v;         // layer V base: pages [block][kv_head][block_size][v_stride]
+  const void* k;         // layer K base: pages [kv_head][block] of [d][block_size] (layouts: KvLayerView)
+  const void* v;         // layer V base: pages [kv_head][block] of [block_size][v_stride]
   int v_stride;
   int block_size;        // a multiple of kAttendTile, or 4 or 8
   int n_blocks, kv_head;  // pages per KV head (pages are ordered [kv_head][block]); this item's head
@@ -75,16 +75,18 @@ class AheadPrefetch {
  public:
   // Keys [first, first + tile_keys) of a's sequence, in 16-key (or page-size) steps of step_keys; spread
   // over `steps` calls to step().
-  AheadPrefetch(const AttendArgs& a, size_t elem_bytes, int first, int tile_keys, int step_keys, int steps) {
+  // k_page_bytes / v_page_bytes: bytes of one K / V page.
+  AheadPrefetch(const AttendArgs& a, size_t k_page_bytes, size_t v_page_bytes, int first, int tile_keys, int step_keys,
+                int steps) {
     const int bs = a.block_size;
     for (int j = 0; j < tile_keys; j += step_keys) {
       const int key = first + j;
       if (key >= a.n_keys || key % bs != 0) continue;
       const size_t page = static_cast<size_t>(a.kv_head) * a.n_blocks + a.table[key / bs];
-      regions_[n_regions_++] = static_cast<const char*>(a.k) + page * bs * a.d * elem_bytes;
-      regions_[n_regions_++] = static_cast<const char*>(a.v) + page * bs * a.v_stride * elem_bytes;
+      regions_[n_regions_++] = static_cast<const char*>(a.k) + page * k_page_bytes;
+      regions_[n_regions_++] = static_cast<const char*>(a.v) + page * v_page_bytes;
     }
-    region_lines_ = static_cast<int>((elem_bytes * bs * (a.d > a.v_stride ? a.d : a.v_stride) + 63) / 64);
+    region_lines_ = static_cast<int>(((k_page_bytes > v_page_bytes ? k_page_bytes : v_page_bytes) + 63) / 64);
     lines_per_step_ = (static_cast<uint32_t>(n_regions_ * region_lines_) << 16) / static_cast<uint32_t>(steps) + 1;
   }
 
@@ -103,6 +105,34 @@ class AheadPrefetch {
   uint32_t lines_per_step_ = 0, due_ = 0;  // lines due after each step so far, 16.16 fixed point
   int region_ = 0, line_ = 0, done_ = 0;   // the next line to fetch, and how many were
 };
+
+// One online-softmax update per head for a whole chunk: p[g][0, n) holds the chunk's scores (padded to a
+// multiple of W with masked keys); they become probabilities relative to the new running max m[g], l[g]
+// gains their sum and the accumulators acc[g][0, dv) are rescaled to the new max.
+template <typename V, int GC>
+void attend_softmax_update(float (*p)[kAttendChunk], int n, int padded, float* m, float* l, float (*acc)[kAttendMaxDim], int dv) {
+  using vec = typename V::type;
+  constexpr int W = V::W;
+  for (int g = 0; g < GC; ++g) {
+    for (int j = n; j < padded; ++j) p[g][j] = -3.0e38f;  // keys past the end
+    vec mx = V::load(p[g]);
+    for (int j = W; j < padded; j += W) mx = V::max(mx, V::load(p[g] + j));
+    const float chunk_max = V::reduce_max(mx);
+    const float new_max = m[g] > chunk_max ? m[g] : chunk_max;
+    const float correction = attend_exp_scalar(m[g] - new_max);
+    const vec shift = V::set1(new_max);
+    vec sum = V::zero();
+    for (int j = 0; j < padded; j += W) {
+      const vec e = V::exp(V::sub(V::load(p[g] + j), shift));
+      V::store(p[g] + j, e);
+      sum = V::add(sum, e);
+    }
+    l[g] = l[g] * correction + V::reduce_add(sum);
+    m[g] = new_max;
+    if (correction != 1.0f)
+      for (int i = 0; i < dv; i += W) V::store(acc[g] + i, V::mul(V::load(acc[g] + i), V::set1(correction)));
+  }
+}
 
 // acc[g][i .. i + S * W) += sum over the chunk's n keys of p[g][j] * V row j from column vi, for S slices
 // of W lanes.
@@ -197,7 +227,7 @@ void attend_chunk(const AttendArgs& a, int g0) {
       // The tile kAttendPrefetchTiles on; while the first tile is scored (its own pages come cold), all
       // the tiles up to there, so that only the first tile of an item waits for memory.
       const bool first_tile = start == 0;
-      AheadPrefetch ahead(a, sizeof(T), first_tile ? B : start + kAttendPrefetchTiles * B,
+      AheadPrefetch ahead(a, sizeof(T) * bs * d, sizeof(T) * bs * a.v_stride, first_tile ? B : start + kAttendPrefetchTiles * B,
                           first_tile ? kAttendPrefetchTiles * B : B, page_keys, d);
       // Scores: one vector op per dimension covers a vector's keys for one head.
       vec s[GC][NV];
@@ -215,27 +245,7 @@ void attend_chunk(const AttendArgs& a, int g0) {
       for (int g = 0; g < GC; ++g)
         for (int c = 0; c < NV; ++c) V::store(p[g] + t * B + c * W, s[g][c]);
     }
-    // One online-softmax update per head for the whole chunk.
-    const int padded = tiles * B;
-    for (int g = 0; g < GC; ++g) {
-      for (int j = n; j < padded; ++j) p[g][j] = -3.0e38f;  // keys past the end
-      vec mx = V::load(p[g]);
-      for (int j = W; j < padded; j += W) mx = V::max(mx, V::load(p[g] + j));
-      const float chunk_max = V::reduce_max(mx);
-      const float new_max = m[g] > chunk_max ? m[g] : chunk_max;
-      const float correction = attend_exp_scalar(m[g] - new_max);
-      const vec shift = V::set1(new_max);
-      vec sum = V::zero();
-      for (int j = 0; j < padded; j += W) {
-        const vec e = V::exp(V::sub(V::load(p[g] + j), shift));
-        V::store(p[g] + j, e);
-        sum = V::add(sum, e);
-      }
-      l[g] = l[g] * correction + V::reduce_add(sum);
-      m[g] = new_max;
-      if (correction != 1.0f)
-        for (int i = 0; i < dv; i += W) V::store(acc[g] + i, V::mul(V::load(acc[g] + i), V::set1(correction)));
-    }
+    attend_softmax_update<V, GC>(p, n, tiles * B, m, l, acc, dv);
     // Values: per VS W-wide slices of the value width, the heads' accumulators stay in registers for the
     // chunk (VS slices give GC * VS independent accumulation chains to hide the FMA latency).
     int i = 0;

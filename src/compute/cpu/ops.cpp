@@ -20,23 +20,6 @@ WeightMatrix WeightMatrix::from(const TensorView& t, int64_t expert) {
   return w;
 }
 
-float KvLayerView::load(const void* base, size_t i) const {
-  switch (type) {
-    case KvType::F32: return static_cast<const float*>(base)[i];
-    case KvType::F16: return fp16_to_fp32(static_cast<const uint16_t*>(base)[i]);
-    case KvType::BF16: return bf16_to_fp32(static_cast<const uint16_t*>(base)[i]);
-  }
-  return 0;
-}
-
-void KvLayerView::store(void* base, size_t i, float x) const {
-  switch (type) {
-    case KvType::F32: static_cast<float*>(base)[i] = x; break;
-    case KvType::F16: static_cast<uint16_t*>(base)[i] = fp32_to_fp16(x); break;
-    case KvType::BF16: static_cast<uint16_t*>(base)[i] = fp32_to_bf16(x); break;
-  }
-}
-
 namespace ops {
 
 void rmsnorm(ThreadPool& pool, const float* x, const float* weight, float* y, int n_tok, int n, float eps) {
@@ -126,13 +109,7 @@ void softmax(float* x, int n) {
   for (int i = 0; i < n; ++i) x[i] /= sum;
 }
 
-namespace {
-inline float keep_fp32(float x) { return x; }
-
-// Writes token t's K/V rows of KV head h into its slot in pages of element type T, each value encoded by
-// Encode (scratch: [k_dim] floats when K is rotated).
-template <typename T, T (*Encode)(float)>
-void store_head(const KvLayerView& kv, const AttentionRows& rows, const KvWrite& w, int t, int h, float* scratch) {
+void kv_store_head(const KvLayerView& kv, const AttentionRows& rows, const KvWrite& w, int t, int h, float* scratch) {
   const int32_t pos = rows.positions[t];
   const int32_t block = rows.block_tables[t][pos / kv.block_size];
   const int offset = pos % kv.block_size;
@@ -143,21 +120,8 @@ void store_head(const KvLayerView& kv, const AttentionRows& rows, const KvWrite&
     rope_head(scratch, *w.k_rope, static_cast<size_t>(t), w.style);
     k_row = scratch;
   }
-  T* const k_pages = static_cast<T*>(kv.k);
-  for (int d = 0; d < kv.k_dim; ++d) k_pages[kv.k_element(block, h, offset, d)] = Encode(k_row[d]);
-  if (kv.v_in_k()) return;
-  T* const v_pages = static_cast<T*>(kv.v);
-  const float* v_row = w.v + row * kv.v_dim;
-  for (int d = 0; d < kv.v_dim; ++d) v_pages[kv.v_element(block, h, offset, d)] = Encode(v_row[d]);
-}
-}  // namespace
-
-void kv_store_head(const KvLayerView& kv, const AttentionRows& rows, const KvWrite& w, int t, int h, float* scratch) {
-  switch (kv.type) {  // the page type once per row; the layout inline per element
-    case KvType::F32: return store_head<float, keep_fp32>(kv, rows, w, t, h, scratch);
-    case KvType::F16: return store_head<uint16_t, fp32_to_fp16>(kv, rows, w, t, h, scratch);
-    case KvType::BF16: return store_head<uint16_t, fp32_to_bf16>(kv, rows, w, t, h, scratch);
-  }
+  kv.write_k(block, h, offset, k_row);
+  if (!kv.v_in_k()) kv.write_v(block, h, offset, w.v + row * kv.v_dim);
 }
 
 void kv_store(const KvLayerView& kv, const AttentionRows& rows, const KvWrite& w, int n_tok) {

@@ -28,27 +28,25 @@ void attention(const float* q, const KvLayerView& kv, const AttentionRows& rows,
     const int n_keys = rows.positions[t] + 1;
     for (int h = 0; h < n_heads; ++h) {
       const float* qh = q + (static_cast<size_t>(t) * n_heads + h) * kv.k_dim;
-      auto slot = [&](int p) { return std::pair{rows.block_tables[t][p / kv.block_size], p % kv.block_size}; };
       std::vector<double> scores(static_cast<size_t>(n_keys));  // [n_keys]
+      std::vector<float> k_row(static_cast<size_t>(kv.k_dim)), v_row(static_cast<size_t>(kv.v_dim));
       double max = -INFINITY;
       for (int p = 0; p < n_keys; ++p) {
-        const auto [block, offset] = slot(p);
+        kv.read_k(rows.block_tables[t][p / kv.block_size], h / group, p % kv.block_size, k_row.data());
         double s = 0;
-        for (int d = 0; d < kv.k_dim; ++d) s += static_cast<double>(qh[d]) * kv.k_at(block, h / group, offset, d);
+        for (int d = 0; d < kv.k_dim; ++d) s += static_cast<double>(qh[d]) * k_row[static_cast<size_t>(d)];
         scores[static_cast<size_t>(p)] = s * scale;
         max = std::max(max, scores[static_cast<size_t>(p)]);
       }
       double denom = 0;
       for (auto& s : scores) denom += (s = std::exp(s - max));
-      float* o = out + (static_cast<size_t>(t) * n_heads + h) * kv.v_dim;
-      for (int d = 0; d < kv.v_dim; ++d) {
-        double v = 0;
-        for (int p = 0; p < n_keys; ++p) {
-          const auto [block, offset] = slot(p);
-          v += scores[static_cast<size_t>(p)] * kv.v_at(block, h / group, offset, d);
-        }
-        o[d] = static_cast<float>(v / denom);
+      std::vector<double> o(static_cast<size_t>(kv.v_dim));  // [v_dim]
+      for (int p = 0; p < n_keys; ++p) {
+        kv.read_v(rows.block_tables[t][p / kv.block_size], h / group, p % kv.block_size, v_row.data());
+        for (int d = 0; d < kv.v_dim; ++d) o[static_cast<size_t>(d)] += scores[static_cast<size_t>(p)] * v_row[static_cast<size_t>(d)];
       }
+      for (int d = 0; d < kv.v_dim; ++d)
+        out[(static_cast<size_t>(t) * n_heads + h) * kv.v_dim + d] = static_cast<float>(o[static_cast<size_t>(d)] / denom);
     }
   }
 }

@@ -1,0 +1,167 @@
+#include "compute/kv_layer_view.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "compute/kv_rotation.h"
+#include "core/fp16.h"
+
+namespace kestrel {
+namespace {
+
+float load_element(KvType t, const void* base, size_t i) {
+  switch (t) {
+    case KvType::F32: return static_cast<const float*>(base)[i];
+    case KvType::F16: return fp16_to_fp32(static_cast<const uint16_t*>(base)[i]);
+    case KvType::BF16: return bf16_to_fp32(static_cast<const uint16_t*>(base)[i]);
+    default: return 0.0f;
+  }
+}
+
+void store_element(KvType t, void* base, size_t i, float x) {
+  switch (t) {
+    case KvType::F32: static_cast<float*>(base)[i] = x; break;
+    case KvType::F16: static_cast<uint16_t*>(base)[i] = fp32_to_fp16(x); break;
+    case KvType::BF16: static_cast<uint16_t*>(base)[i] = fp32_to_bf16(x); break;
+    default: break;
+  }
+}
+
+// Calls f(byte, shift, width, code_shift) for each bit field holding part of the code of value i of token
+// `offset` in a page's code region (layouts in kv_layer_view.h): bits [shift, shift + width) of that byte
+// are bits [code_shift, code_shift + width) of the code.
+template <typename F>
+void for_code_fields(KvType t, int dim, bool transposed, int bs, int offset, int i, F f) {
+  const int bits = kv_type_bits(t);
+  const size_t b = static_cast<size_t>(bs);
+  if (transposed) {
+    if (t == KvType::TQ3) {
+      f(static_cast<size_t>(i / 4) * b + offset, 2 * (i % 4), 2, 0);
+      f(static_cast<size_t>(dim / 4 + i / 8) * b + offset, i % 8, 1, 2);
+    } else {
+      const int pack = 8 / bits;
+      f(static_cast<size_t>(i / pack) * b + offset, bits * (i % pack), bits, 0);
+    }
+    return;
+  }
+  const int g = kv_group_size(dim), x = i % g;
+  const size_t group = static_cast<size_t>(offset) * kv_code_bytes(t, dim) + (i / g) * kv_code_bytes(t, g);
+  if (t == KvType::TQ3) {
+    f(group + 2 * x / 8, 2 * x % 8, 2, 0);
+    f(group + g / 4 + x / 8, x % 8, 1, 2);
+  } else if (bits == 4) {
+    f(group + x % (g / 2), 4 * (x / (g / 2)), 4, 0);
+  } else {
+    f(group + x, 0, 8, 0);
+  }
+}
+
+// Encodes or decodes one quantized row of `dim` values at token `offset` of a page.
+void write_quantized(KvType t, uint8_t* page, int dim, bool transposed, int bs, int offset, const float* x) {
+  uint8_t codes[kKvMaxRow];
+  uint16_t scales[kKvMaxRow];
+  kv_quantize_row(t, x, dim, codes, scales);
+  for (int i = 0; i < dim; ++i)
+    for_code_fields(t, dim, transposed, bs, offset, i, [&](size_t byte, int shift, int width, int code_shift) {
+      const unsigned mask = (1u << width) - 1u;
+      const unsigned part = (static_cast<unsigned>(codes[i]) >> code_shift) & mask;
+      page[byte] = static_cast<uint8_t>((page[byte] & ~(mask << shift)) | (part << shift));
+    });
+  uint8_t* scale_region = page + static_cast<size_t>(bs) * kv_code_bytes(t, dim);
+  const int g = kv_group_size(dim);
+  for (int group = 0; group < dim / g; ++group)
+    std::memcpy(scale_region + 2 * (static_cast<size_t>(group) * bs + offset), &scales[group], 2);
+}
+
+void read_quantized(KvType t, const uint8_t* page, int dim, bool transposed, int bs, int offset, float* x) {
+  const uint8_t* scale_region = page + static_cast<size_t>(bs) * kv_code_bytes(t, dim);
+  const int g = kv_group_size(dim);
+  for (int i = 0; i < dim; ++i) {
+    unsigned code = 0;
+    for_code_fields(t, dim, transposed, bs, offset, i, [&](size_t byte, int shift, int width, int code_shift) {
+      code |= ((static_cast<unsigned>(page[byte]) >> shift) & ((1u << width) - 1u)) << code_shift;
+    });
+    uint16_t scale;
+    std::memcpy(&scale, scale_region + 2 * (static_cast<size_t>(i / g) * bs + offset), 2);
+    x[i] = kv_code_value(t, static_cast<uint8_t>(code)) * fp16_to_fp32(scale);
+  }
+}
+
+}  // namespace
+
+size_t KvLayerView::k_element(int32_t block, int kv_head, int offset, int dim) const {
+  const size_t base = page(block, kv_head) * static_cast<size_t>(block_size) * k_dim;
+  if (!k_transposed) return base + static_cast<size_t>(offset) * k_dim + dim;
+  if (types.k == KvType::BF16) return base + (static_cast<size_t>(dim / 2) * block_size + offset) * 2 + dim % 2;
+  return base + static_cast<size_t>(dim) * block_size + offset;
+}
+
+size_t KvLayerView::v_element(int32_t block, int kv_head, int offset, int dim) const {
+  const size_t base = page(block, kv_head) * static_cast<size_t>(block_size) * v_stride;
+  if (v_type() == KvType::BF16 && !v_in_k())
+    return base + (static_cast<size_t>(offset / 2) * v_stride + dim) * 2 + offset % 2;
+  return base + static_cast<size_t>(offset) * v_stride + dim;
+}
+
+void KvLayerView::write_row(bool key, int32_t block, int kv_head, int offset, const float* row) const {
+  const KvType t = key ? types.k : types.v;
+  const int dim = key ? k_dim : v_dim;
+  if (!kv_type_quantized(t)) {
+    for (int i = 0; i < dim; ++i) {
+      if (key) store_element(t, k, k_element(block, kv_head, offset, i), row[i]);
+      else store_element(t, v, v_element(block, kv_head, offset, i), row[i]);
+    }
+    return;
+  }
+  float rotated[kKvMaxRow];
+  if (kv_type_rotated(t)) {
+    std::copy_n(row, dim, rotated);
+    kv_rotate(rotated, dim, rotation_seed);
+    row = rotated;
+  }
+  uint8_t* base = static_cast<uint8_t*>(key ? k : v) + (key ? k_page_offset(block, kv_head) : v_page_offset(block, kv_head));
+  write_quantized(t, base, dim, key && k_transposed, block_size, offset, row);
+}
+
+void KvLayerView::read_row(bool key, int32_t block, int kv_head, int offset, float* row) const {
+  const KvType t = key ? types.k : v_type();
+  if (!key && v_in_k()) {  // the first v_dim values of the K row
+    float full[kKvMaxRow];
+    read_row(true, block, kv_head, offset, full);
+    std::copy_n(full, v_dim, row);
+    return;
+  }
+  const int dim = key ? k_dim : v_dim;
+  if (!kv_type_quantized(t)) {
+    for (int i = 0; i < dim; ++i)
+      row[i] = key ? load_element(t, k, k_element(block, kv_head, offset, i)) : load_element(t, v, v_element(block, kv_head, offset, i));
+    return;
+  }
+  const uint8_t* base =
+      static_cast<const uint8_t*>(key ? k : v) + (key ? k_page_offset(block, kv_head) : v_page_offset(block, kv_head));
+  read_quantized(t, base, dim, key && k_transposed, block_size, offset, row);
+  if (kv_type_rotated(t)) kv_unrotate(row, dim, rotation_seed);
+}
+
+void KvLayerView::write_k(int32_t block, int kv_head, int offset, const float* row) const { write_row(true, block, kv_head, offset, row); }
+void KvLayerView::write_v(int32_t block, int kv_head, int offset, const float* row) const { write_row(false, block, kv_head, offset, row); }
+void KvLayerView::read_k(int32_t block, int kv_head, int offset, float* row) const { read_row(true, block, kv_head, offset, row); }
+void KvLayerView::read_v(int32_t block, int kv_head, int offset, float* row) const { read_row(false, block, kv_head, offset, row); }
+
+float KvLayerView::k_at(int32_t block, int kv_head, int offset, int dim) const {
+  if (!kv_type_quantized(types.k)) return load_element(types.k, k, k_element(block, kv_head, offset, dim));
+  float row[kKvMaxRow];
+  read_k(block, kv_head, offset, row);
+  return row[dim];
+}
+
+float KvLayerView::v_at(int32_t block, int kv_head, int offset, int dim) const {
+  if (!kv_type_quantized(v_type()))
+    return v_in_k() ? load_element(types.k, k, k_element(block, kv_head, offset, dim))
+                    : load_element(types.v, v, v_element(block, kv_head, offset, dim));
+  float row[kKvMaxRow];
+  read_v(block, kv_head, offset, row);
+  return row[dim];
+}
+
+}  // namespace kestrel

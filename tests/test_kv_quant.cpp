@@ -1,0 +1,219 @@
+// Quantized and rotated KV pages: the codecs against their formats' error bounds, the rotation, the page
+// layouts (every type, transposed and row pages), and the quantized attention kernels against the scalar
+// reference on every ISA this CPU runs.
+#include <cmath>
+#include <random>
+
+#include "compute/cpu/attention.h"
+#include "compute/kv_quant.h"
+#include "compute/kv_rotation.h"
+#include "compute/ref/ref_ops.h"
+#include "test_support.h"
+
+namespace kestrel {
+namespace {
+
+constexpr KvType kQuantTypes[] = {KvType::Q8_0, KvType::Q4_0, KvType::FP8, KvType::TQ4, KvType::TQ3};
+
+std::vector<float> gaussian(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+// Relative RMS error of y against x.
+double relative_rms_error(const std::vector<float>& x, const std::vector<float>& y) {
+  double err = 0, ref = 0;
+  for (size_t i = 0; i < x.size(); ++i) err += (x[i] - y[i]) * (x[i] - y[i]), ref += x[i] * x[i];
+  return std::sqrt(err / ref);
+}
+
+// Bounds on the relative RMS error of a Gaussian row: the formats' known figures with headroom (q8_0
+// ~0.5%, fp8 ~2.5%, q4_0 ~11%, Lloyd-Max 4-bit ~9.5%, 3-bit ~18%).
+double error_bound(KvType t) {
+  switch (t) {
+    case KvType::Q8_0: return 0.008;
+    case KvType::FP8: return 0.035;
+    case KvType::Q4_0: return 0.13;
+    case KvType::TQ4: return 0.11;
+    case KvType::TQ3: return 0.20;
+    default: return 0;
+  }
+}
+
+// One page per (block, head), rows written then read back through the view, for both K layouts.
+TEST(KvQuant, RowsRoundTripWithinFormatBounds) {
+  for (KvType t : kQuantTypes)
+    for (int dim : {8, 32, 64, 128, 576})
+      for (bool transposed : {true, false}) {
+        SCOPED_TRACE(std::string(kv_type_name(t)) + " dim " + std::to_string(dim) + (transposed ? " transposed" : " rows"));
+        ASSERT_EQ(kv_row_check(t, dim), "");
+        const int bs = 16, n_blocks = 2, n_kv = 2;
+        std::vector<uint8_t> k(static_cast<size_t>(n_blocks) * n_kv * bs * kv_row_bytes(t, dim));
+        std::vector<uint8_t> v(k.size());
+        const KvLayerView kv{k.data(), v.data(), t, transposed, bs, n_kv, dim, dim, dim, n_blocks, 77};
+        const auto x = gaussian(static_cast<size_t>(n_blocks) * n_kv * bs * dim, 5);
+        std::vector<float> kx(x.size()), vx(x.size());
+        for (size_t r = 0; r < x.size() / dim; ++r) {  // write every slot, then read them all back
+          const int blk = static_cast<int>(r / (n_kv * bs)), h = static_cast<int>(r / bs % n_kv), o = static_cast<int>(r % bs);
+          kv.write_k(blk, h, o, x.data() + r * dim);
+          kv.write_v(blk, h, o, x.data() + r * dim);
+        }
+        for (size_t r = 0; r < x.size() / dim; ++r) {
+          const int blk = static_cast<int>(r / (n_kv * bs)), h = static_cast<int>(r / bs % n_kv), o = static_cast<int>(r % bs);
+          kv.read_k(blk, h, o, kx.data() + r * dim);
+          kv.read_v(blk, h, o, vx.data() + r * dim);
+        }
+        EXPECT_LT(relative_rms_error(x, kx), error_bound(t));
+        EXPECT_LT(relative_rms_error(x, vx), error_bound(t));
+        EXPECT_GT(relative_rms_error(x, kx), error_bound(t) / 20);  // really quantized
+      }
+}
+
+TEST(KvQuant, RowSizesAndChecks) {
+  EXPECT_EQ(kv_row_bytes(KvType::Q8_0, 64), 64u + 4u);  // 8.5 bits per value
+  EXPECT_EQ(kv_row_bytes(KvType::Q4_0, 64), 32u + 4u);  // 4.5
+  EXPECT_EQ(kv_row_bytes(KvType::TQ4, 64), 32u + 4u);
+  EXPECT_EQ(kv_row_bytes(KvType::FP8, 128), 128u + 8u);
+  EXPECT_EQ(kv_row_bytes(KvType::TQ3, 64), 24u + 4u);  // 3.5
+  EXPECT_EQ(kv_row_bytes(KvType::F16, 64), 128u);
+  EXPECT_NE(kv_row_check(KvType::Q8_0, 40), "");  // not whole groups of 32
+  EXPECT_NE(kv_row_check(KvType::TQ3, 12), "");   // 3-bit packing needs multiples of 8
+  EXPECT_EQ(kv_row_check(KvType::F16, 40), "");
+  for (KvType t : kAllKvTypes) EXPECT_EQ(parse_kv_type(kv_type_name(t)), t);
+  EXPECT_EQ(parse_kv_type("Q8_0"), KvType::Q8_0);
+  EXPECT_FALSE(parse_kv_type("q5_1").has_value());
+  EXPECT_EQ(KvTypes(KvType::Q8_0, KvType::F16).name(), "q8_0/f16");
+}
+
+// Each level is the mean of a unit Gaussian over its cell (the centroid condition of Lloyd-Max), by
+// numerical integration.
+TEST(KvQuant, CodebooksAreLloydMaxForAUnitGaussian) {
+  for (auto [t, n] : {std::pair{KvType::TQ4, 16}, std::pair{KvType::TQ3, 8}}) {
+    const float* c = kv_codebook(t);
+    for (int i = 0; i < n; ++i) {
+      const double lo = i == 0 ? -12.0 : 0.5 * (c[i - 1] + c[i]), hi = i == n - 1 ? 12.0 : 0.5 * (c[i] + c[i + 1]);
+      double mass = 0, moment = 0;
+      const int steps = 200000;
+      for (int s = 0; s < steps; ++s) {
+        const double x = lo + (hi - lo) * (s + 0.5) / steps, w = std::exp(-0.5 * x * x);
+        mass += w, moment += w * x;
+      }
+      EXPECT_NEAR(moment / mass, c[i], 2e-5) << kv_type_name(t) << " level " << i;
+    }
+  }
+}
+
+TEST(KvQuant, Fp8E4M3CodesRoundTripAndRoundToNearest) {
+  for (int code = 0; code < 256; ++code) {
+    if ((code & 0x7F) == 0x7F) continue;  // NaN codes are never produced
+    const float x = fp8_e4m3_decode(static_cast<uint8_t>(code));
+    if (code == 0x80) continue;  // -0 encodes as itself or +0
+    EXPECT_EQ(fp8_e4m3_encode(x), code) << code;
+  }
+  EXPECT_EQ(fp8_e4m3_decode(0x7E), 448.0f);
+  EXPECT_EQ(fp8_e4m3_decode(0x01), std::ldexp(1.0f, -9));
+  EXPECT_EQ(fp8_e4m3_encode(1000.0f), 0x7E);   // saturates
+  EXPECT_EQ(fp8_e4m3_encode(1.0625f), 0x38);   // halfway between 1 and 1.125: to even
+  EXPECT_EQ(fp8_e4m3_encode(1.07f), 0x39);
+  for (int code = 0; code < 0x7F; ++code)  // the kernels' fp16 reading of the bits: value / 256
+    EXPECT_EQ(kv_code_value(KvType::FP8, static_cast<uint8_t>(code)), fp8_e4m3_decode(static_cast<uint8_t>(code)) / 256.0f);
+}
+
+TEST(KvQuant, RotationIsOrthogonalAndSpreadsEnergy) {
+  for (int dim : {8, 64, 128, 576}) {
+    auto x = gaussian(static_cast<size_t>(dim), 9), y = gaussian(static_cast<size_t>(dim), 10);
+    x[3] = 40.0f;  // an outlier channel
+    double dot = 0, norm = 0;
+    for (int i = 0; i < dim; ++i) dot += x[i] * y[i], norm += x[i] * x[i];
+    auto rx = x, ry = y;
+    kv_rotate(rx.data(), dim, 3);
+    kv_rotate(ry.data(), dim, 3);
+    double rdot = 0, rnorm = 0, rmax = 0;
+    for (int i = 0; i < dim; ++i) rdot += rx[i] * ry[i], rnorm += rx[i] * rx[i], rmax = std::max(rmax, std::fabs(double(rx[i])));
+    EXPECT_NEAR(rdot, dot, 1e-3 * norm);
+    EXPECT_NEAR(rnorm, norm, 1e-4 * norm);
+    if (dim >= 64) { EXPECT_LT(rmax, 20.0); }  // the outlier's energy is spread over the block
+    kv_unrotate(rx.data(), dim, 3);
+    for (int i = 0; i < dim; ++i) EXPECT_NEAR(rx[i], x[i], 1e-4) << i;
+    auto other = x;
+    kv_rotate(other.data(), dim, 4);  // another layer's seed: another rotation
+    int same = 0;
+    for (int i = 0; i < dim; ++i) same += std::fabs(other[i] - (i < dim ? rx[i] : 0)) < 1e-6;
+    EXPECT_LT(same, dim);
+  }
+}
+
+// The quantized page kernels against the full-softmax reference over the same decoded pages, on every
+// ISA: scattered pages, GQA groups of 1, 3 and 8, widths 32 to 256, positions around the 128-key chunks.
+TEST(KvQuant, PagedAttentionMatchesReferenceOnEveryIsa) {
+  ThreadPool pool(2);
+  const int n_blocks = 24;
+  for (KvType t : kQuantTypes)
+    for (const auto& [hd, n_heads, n_kv, bs] : std::vector<std::tuple<int, int, int, int>>{
+             {64, 8, 1, 16}, {128, 6, 2, 32}, {32, 2, 2, 16}, {256, 4, 1, 16}}) {
+      SCOPED_TRACE(std::string(kv_type_name(t)) + " head width " + std::to_string(hd) + " heads " +
+                   std::to_string(n_heads) + "/" + std::to_string(n_kv) + " block " + std::to_string(bs));
+      std::vector<uint8_t> k(static_cast<size_t>(n_blocks) * n_kv * bs * kv_row_bytes(t, hd)), v(k.size());
+      const KvLayerView kv{k.data(), v.data(), t, true, bs, n_kv, hd, hd, hd, n_blocks, 11};
+      const auto kvals = gaussian(static_cast<size_t>(n_blocks) * n_kv * bs * hd, 12);
+      const auto vvals = gaussian(kvals.size(), 13);
+      for (size_t r = 0; r < kvals.size() / hd; ++r) {
+        const int blk = static_cast<int>(r / (n_kv * bs)), h = static_cast<int>(r / bs % n_kv), o = static_cast<int>(r % bs);
+        kv.write_k(blk, h, o, kvals.data() + r * hd);
+        kv.write_v(blk, h, o, vvals.data() + r * hd);
+      }
+      std::vector<int32_t> table(n_blocks);
+      for (int i = 0; i < n_blocks; ++i) table[static_cast<size_t>(i)] = (i * 7 + 3) % n_blocks;
+      std::vector<int32_t> positions = {0, 5, 17, 126, 127, 128, 145, bs * n_blocks - 1};
+      const std::vector<const int32_t*> tables(positions.size(), table.data());
+      const AttentionRows rows{positions, tables};
+      const int n_tok = static_cast<int>(positions.size());
+      const auto q = gaussian(static_cast<size_t>(n_tok) * n_heads * hd, 14, 0.3f);
+      std::vector<float> want(static_cast<size_t>(n_tok) * n_heads * hd);
+      ref::attention(q.data(), kv, rows, want.data(), n_tok, n_heads, 0.125f);
+      for (Isa isa : runnable_isas()) {
+        SCOPED_TRACE(isa_name(isa));
+        std::vector<float> got(want.size());
+        attention_paged_on(isa, pool, q.data(), kv, rows, got.data(), n_tok, n_heads, 0.125f);
+        for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 2e-4f) << i;
+      }
+    }
+}
+
+// Quantized pages the page kernel does not take (6-token pages, 8-wide heads, K and V of different types,
+// latent attention's rows) go through the generic path, equal to the reference too.
+TEST(KvQuant, GenericPathMatchesReference) {
+  ThreadPool pool(2);
+  struct Case { KvTypes types; int hd, bs; bool latent; };
+  for (const Case& c : {Case{KvType::Q8_0, 64, 6, false}, Case{KvType::TQ3, 8, 16, false},
+                        Case{{KvType::Q4_0, KvType::F16}, 64, 16, false}, Case{{KvType::F16, KvType::TQ4}, 32, 16, false},
+                        Case{KvType::TQ4, 96, 16, true}, Case{KvType::Q8_0, 96, 16, true}}) {
+    SCOPED_TRACE(c.types.name() + " head width " + std::to_string(c.hd) + " block " + std::to_string(c.bs) +
+                 (c.latent ? " latent" : ""));
+    const int n_heads = 4, n_kv = c.latent ? 1 : 2, n_blocks = 12, v_dim = c.latent ? 64 : c.hd;
+    std::vector<uint8_t> k(static_cast<size_t>(n_blocks) * n_kv * c.bs * kv_row_bytes(c.types.k, c.hd));
+    std::vector<uint8_t> v(static_cast<size_t>(n_blocks) * n_kv * c.bs * kv_row_bytes(c.types.v, c.hd));
+    const KvLayerView kv{k.data(), c.latent ? k.data() : v.data(), c.types, !c.latent, c.bs, n_kv, c.hd, v_dim, c.hd, n_blocks, 5};
+    const auto vals = gaussian(static_cast<size_t>(n_blocks) * n_kv * c.bs * c.hd * 2, 15);
+    for (size_t r = 0; r < vals.size() / c.hd / 2; ++r) {
+      const int blk = static_cast<int>(r / (n_kv * c.bs)), h = static_cast<int>(r / c.bs % n_kv), o = static_cast<int>(r % c.bs);
+      kv.write_k(blk, h, o, vals.data() + 2 * r * c.hd);
+      if (!c.latent) kv.write_v(blk, h, o, vals.data() + (2 * r + 1) * c.hd);
+    }
+    const std::vector<int32_t> table = {4, 0, 11, 2, 9, 1, 7, 3, 10, 5, 8, 6};
+    const std::vector<int32_t> positions = {0, 9, 40, n_blocks * c.bs - 1};
+    const std::vector<const int32_t*> tables(positions.size(), table.data());
+    const AttentionRows rows{positions, tables};
+    const auto q = gaussian(positions.size() * n_heads * c.hd, 16, 0.3f);
+    std::vector<float> want(positions.size() * n_heads * v_dim), got(want.size());
+    ref::attention(q.data(), kv, rows, want.data(), static_cast<int>(positions.size()), n_heads, 0.125f);
+    ops::attention_paged(pool, q.data(), kv, rows, got.data(), static_cast<int>(positions.size()), n_heads, 0.125f);
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 2e-4f) << i;
+  }
+}
+
+}  // namespace
+}  // namespace kestrel
