@@ -170,8 +170,7 @@ struct DecodeToken {
 void BM_AttentionDecode(benchmark::State& state, kestrel::KvType type) {
   const int n_keys = static_cast<int>(state.range(0)), bs = static_cast<int>(state.range(1)), n_blocks = n_keys / bs;
   const int n_kv = DecodeToken::kKvHeads, hd = DecodeToken::kHeadDim;
-  const size_t elem = type == kestrel::KvType::F32 ? 4 : 2;
-  std::vector<uint8_t> k(static_cast<size_t>(n_blocks) * n_kv * bs * hd * elem, 0x11), v(k.size(), 0x11);
+  std::vector<uint8_t> k(static_cast<size_t>(n_blocks) * n_kv * bs * kestrel::kv_row_bytes(type, hd), 0x11), v(k.size(), 0x11);
   DecodeToken token(n_keys, bs);
   const kestrel::KvLayerView kv{k.data(), v.data(), type, true, bs, n_kv, hd, hd, hd, n_blocks};
   kestrel::ThreadPool pool(1);
@@ -179,13 +178,13 @@ void BM_AttentionDecode(benchmark::State& state, kestrel::KvType type) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * 2 * k.size()));
 }
 // The same decode attention with the KV streaming from memory, as in a real step, with 2 threads: layers of
-// range(0) cached tokens (TinyLlama's KV heads), as many as make 92 MB of F16 KV (TinyLlama's 22 layers at
-// 4096 tokens; 176 at 512), so no layer's pages are still in cache when it comes round again. Per
-// iteration: one token's attention through every layer; `layer` is the time per layer.
+// range(0) cached tokens (TinyLlama's KV heads), 22 * 4096 / range(0) of them (TinyLlama's 22 layers at
+// 4096 tokens: 92 MB of F16 KV; 176 layers at 512), so no layer's pages are still in cache when it comes
+// round again. Per iteration: one token's attention through every layer; `layer` is the time per layer.
 void BM_AttentionDecodeLayers(benchmark::State& state, kestrel::KvType type) {
   const int n_keys = static_cast<int>(state.range(0)), n_layers = 22 * 4096 / n_keys, bs = 16, n_blocks = n_keys / bs;
   const int n_kv = DecodeToken::kKvHeads, hd = DecodeToken::kHeadDim;
-  const size_t layer_bytes = static_cast<size_t>(n_blocks) * n_kv * bs * hd * 2;  // K or V of one layer
+  const size_t layer_bytes = static_cast<size_t>(n_blocks) * n_kv * bs * kestrel::kv_row_bytes(type, hd);  // K or V of a layer
   const std::shared_ptr<uint8_t[]> kv_bytes = kestrel::allocate_large_buffer(2 * layer_bytes * n_layers);
   std::fill_n(kv_bytes.get(), 2 * layer_bytes * n_layers, uint8_t{0x11});
   DecodeToken token(n_keys, bs);
@@ -200,12 +199,21 @@ void BM_AttentionDecodeLayers(benchmark::State& state, kestrel::KvType type) {
 }
 BENCHMARK_CAPTURE(BM_AttentionDecodeLayers, f16, kestrel::KvType::F16)->Arg(512)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_AttentionDecodeLayers, bf16, kestrel::KvType::BF16)->Arg(512)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_AttentionDecodeLayers, q8_0, kestrel::KvType::Q8_0)->Arg(512)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_AttentionDecodeLayers, q4_0, kestrel::KvType::Q4_0)->Arg(512)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_AttentionDecodeLayers, fp8, kestrel::KvType::FP8)->Arg(512)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_AttentionDecodeLayers, tq4, kestrel::KvType::TQ4)->Arg(512)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_AttentionDecodeLayers, tq3, kestrel::KvType::TQ3)->Arg(512)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 BENCHMARK_CAPTURE(BM_AttentionDecode, f32, kestrel::KvType::F32)->Args({512, 16})->Args({4096, 16});
 BENCHMARK_CAPTURE(BM_AttentionDecode, f16, kestrel::KvType::F16)
     ->Args({512, 16})->Args({4096, 16})->Args({512, 8})->Args({512, 4})->Args({4096, 4});
 BENCHMARK_CAPTURE(BM_AttentionDecode, bf16, kestrel::KvType::BF16)
     ->Args({512, 16})->Args({4096, 16})->Args({512, 4})->Args({4096, 4});
+BENCHMARK_CAPTURE(BM_AttentionDecode, q8_0, kestrel::KvType::Q8_0)->Args({512, 16})->Args({4096, 16});
+BENCHMARK_CAPTURE(BM_AttentionDecode, q4_0, kestrel::KvType::Q4_0)->Args({512, 16})->Args({4096, 16});
+BENCHMARK_CAPTURE(BM_AttentionDecode, tq4, kestrel::KvType::TQ4)->Args({512, 16})->Args({4096, 16});
+BENCHMARK_CAPTURE(BM_AttentionDecode, tq3, kestrel::KvType::TQ3)->Args({512, 16})->Args({4096, 16});
 
 void register_all() {
   for (Isa isa : kestrel::runnable_isas()) {

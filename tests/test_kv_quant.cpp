@@ -43,6 +43,22 @@ double error_bound(KvType t) {
   }
 }
 
+// Queries as the q8_0 kernels use them: q * scale rounded to int8 per 32 values (max / 127, halves away
+// from zero), back in float and divided by scale again.
+std::vector<float> int8_queries(const std::vector<float>& q, int hd, float scale) {
+  std::vector<float> out(q.size());
+  for (size_t g = 0; g < q.size(); g += 32) {
+    float amax = 0;
+    for (size_t i = g; i < g + 32; ++i) amax = std::max(amax, std::fabs(q[i] * scale));
+    for (size_t i = g; i < g + 32; ++i) {
+      const float x = q[i] * scale * (amax > 0 ? 127.0f / amax : 0.0f);
+      out[i] = static_cast<float>(static_cast<int>(x + (x >= 0 ? 0.5f : -0.5f))) * (amax / 127.0f) / scale;
+    }
+  }
+  (void)hd;
+  return out;
+}
+
 // One page per (block, head), rows written then read back through the view, for both K layouts.
 TEST(KvQuant, RowsRoundTripWithinFormatBounds) {
   for (KvType t : kQuantTypes)
@@ -172,13 +188,18 @@ TEST(KvQuant, PagedAttentionMatchesReferenceOnEveryIsa) {
       const AttentionRows rows{positions, tables};
       const int n_tok = static_cast<int>(positions.size());
       const auto q = gaussian(static_cast<size_t>(n_tok) * n_heads * hd, 14, 0.3f);
-      std::vector<float> want(static_cast<size_t>(n_tok) * n_heads * hd);
-      ref::attention(q.data(), kv, rows, want.data(), n_tok, n_heads, 0.125f);
+      std::vector<float> want(static_cast<size_t>(n_tok) * n_heads * hd), exact(want.size());
+      // q8_0 keys score with integer dot products against the scaled query rounded to int8 per 32 values
+      // (max / 127, round half away): the reference gets the same query, and the exact one stays close.
+      const auto q_used = t == KvType::Q8_0 ? int8_queries(q, hd, 0.125f) : q;
+      ref::attention(q_used.data(), kv, rows, want.data(), n_tok, n_heads, 0.125f);
+      ref::attention(q.data(), kv, rows, exact.data(), n_tok, n_heads, 0.125f);
       for (Isa isa : runnable_isas()) {
         SCOPED_TRACE(isa_name(isa));
         std::vector<float> got(want.size());
         attention_paged_on(isa, pool, q.data(), kv, rows, got.data(), n_tok, n_heads, 0.125f);
         for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 2e-4f) << i;
+        for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], exact[i], 1e-2f) << i;
       }
     }
 }

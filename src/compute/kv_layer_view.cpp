@@ -38,10 +38,16 @@ void for_code_fields(KvType t, int dim, bool transposed, int bs, int offset, int
     if (t == KvType::TQ3) {
       f(static_cast<size_t>(i / 4) * b + offset, 2 * (i % 4), 2, 0);
       f(static_cast<size_t>(dim / 4 + i / 8) * b + offset, i % 8, 1, 2);
+    } else if (t == KvType::Q8_0) {  // four dimensions of a key together, for 4-byte integer dot products
+      f((static_cast<size_t>(i / 4) * b + offset) * 4 + i % 4, 0, 8, 0);
     } else {
       const int pack = 8 / bits;
       f(static_cast<size_t>(i / pack) * b + offset, bits * (i % pack), bits, 0);
     }
+    return;
+  }
+  if (t == KvType::Q8_0 && bs % 2 == 0) {  // two keys side by side per value, for 16-bit dot products
+    f((static_cast<size_t>(offset / 2) * dim + i) * 2 + offset % 2, 0, 8, 0);
     return;
   }
   const int g = kv_group_size(dim), x = i % g;

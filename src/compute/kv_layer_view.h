@@ -20,9 +20,11 @@ namespace kestrel {
 // Quantized types (compute/kv_quant.h) put a page's codes first and its scales after them:
 //   codes, transposed K: byte planes [k_dim / pack][block_size], pack = 8 / bits codes per byte (dimension
 //                        p * pack + j in bits j * bits); tq3: a 2-bit plane [k_dim / 4][block_size] then a
-//                        1-bit plane [k_dim / 8][block_size] of each code's high bit
-//   codes, rows:         [block_size][kv_code_bytes] per token; within each group of g values, 8-bit codes
-//                        in order, 4-bit codes as byte b = value b (low nibble) and value b + g/2 (high),
+//                        1-bit plane [k_dim / 8][block_size] of each code's high bit; q8_0: [k_dim / 4]
+//                        [block_size][4] (four dimensions of a key side by side, one integer dot product)
+//   codes, rows:         q8_0 (pages of an even number of tokens): [block_size / 2][dim][2], two keys'
+//                        codes side by side (one 16-bit dot product); else [block_size][kv_code_bytes]
+//                        per token; within each group of g values, 8-bit codes in order, 4-bit codes as byte b = value b (low nibble) and value b + g/2 (high),
 //                        tq3 as g/4 bytes of 2-bit low parts (value x at bit 2x) then g/8 bytes of high
 //                        bits (value x at bit x)
 //   scales:              [groups][block_size] fp16, groups = dim / kv_group_size(dim)

@@ -4,6 +4,7 @@
 // generic path below: an online softmax over one key at a time, reading rows through the view.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "compute/cpu/attention.h"
@@ -36,22 +37,45 @@ struct Scalar {
   static float reduce_add(type v) { return v; }
   static type exp(type x);
   // Quantized pages (attention_quant_impl.h).
-  using itype = uint32_t;
+  using itype = int32_t;  // codes are non-negative, and shifts then masks keep the low bits of words
   using lut_type = const float*;
+  static constexpr int kDotOffset = 0;
+  static itype sub_i(itype a, itype b) { return a - b; }
+  static itype load_i8x4(const uint8_t* p) {
+    uint32_t x;
+    std::memcpy(&x, p, 4);
+    return static_cast<itype>(x);
+  }
+  static itype round_to_int(type x) { return static_cast<itype>(std::nearbyint(x)); }
+  static void store_int16(int16_t* p, itype v) { *p = static_cast<int16_t>(v); }
+  static itype load_i8x2(const uint8_t* p) {  // two signed bytes as the int16 halves of a word
+    return static_cast<itype>((static_cast<uint32_t>(static_cast<int16_t>(static_cast<int8_t>(p[0]))) & 0xFFFFu) |
+                              (static_cast<uint32_t>(static_cast<int16_t>(static_cast<int8_t>(p[1]))) << 16));
+  }
+  static itype dot2(itype acc, itype v, int32_t p2) {
+    const auto lo = [](int32_t x) { return static_cast<int32_t>(static_cast<int16_t>(static_cast<uint32_t>(x) & 0xFFFFu)); };
+    const auto hi = [](int32_t x) { return static_cast<int32_t>(static_cast<int16_t>(static_cast<uint32_t>(x) >> 16)); };
+    return acc + lo(v) * lo(p2) + hi(v) * hi(p2);
+  }
+  static itype dot4(itype acc, itype k, int32_t q4) {
+    for (int b = 0; b < 4; ++b)
+      acc += static_cast<int8_t>(static_cast<uint32_t>(k) >> (8 * b)) * static_cast<int8_t>(static_cast<uint32_t>(q4) >> (8 * b));
+    return acc;
+  }
   static itype widen_u8(const uint8_t* p) { return *p; }
   static type widen_i8(const uint8_t* p) { return static_cast<float>(static_cast<int8_t>(*p)); }
-  static itype srl(itype x, int n) { return x >> n; }
-  static itype shl(itype x, int n) { return x << n; }
-  static itype srlv(itype x, itype n) { return x >> n; }
+  static itype srl(itype x, int n) { return static_cast<itype>(static_cast<uint32_t>(x) >> n); }
+  static itype shl(itype x, int n) { return static_cast<itype>(static_cast<uint32_t>(x) << n); }
+  static itype srlv(itype x, itype n) { return static_cast<itype>(static_cast<uint32_t>(x) >> n); }
   static itype and_i(itype x, int m) { return x & static_cast<itype>(m); }
   static itype or_i(itype a, itype b) { return a | b; }
   static itype add_i(itype a, itype b) { return a + b; }
-  static itype set1_i(uint32_t x) { return x; }
+  static itype set1_i(uint32_t x) { return static_cast<itype>(x); }
   static itype iota() { return 0; }
   static type to_float(itype x) { return static_cast<float>(x); }
-  static type fp8(itype b) { return fp16_to_fp32(static_cast<uint16_t>(((b & 0x80u) << 8) | ((b & 0x7Fu) << 7))); }
+  static type fp8(itype b) { return fp16_to_fp32(static_cast<uint16_t>(((b & 0x80) << 8) | ((b & 0x7F) << 7))); }
   static lut_type make_lut(const float* table) { return table; }
-  static type lookup(lut_type t, itype idx) { return t[idx]; }
+  static type lookup(lut_type t, itype idx) { return t[idx & 15]; }
 };
 }  // namespace
 }  // namespace kestrel

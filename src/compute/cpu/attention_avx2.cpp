@@ -31,6 +31,19 @@ struct AttendVec256 : Vec256 {
                                     _mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x7F)), 7));
     return _mm256_cvtph_ps(_mm_packus_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
   }
+  static itype sub_i(itype a, itype b) { return _mm256_sub_epi32(a, b); }
+  static constexpr int kDotOffset = 0;
+  static itype load_i8x4(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  static itype dot4(itype acc, itype k, int32_t q4) {  // |q| (unsigned) times k with q's sign: pairs fit int16
+    const __m256i q = _mm256_set1_epi32(q4);
+    const __m256i pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(k, q));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+  }
+  static void store_int16(int16_t* p, itype v) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
+  }
+  static itype load_i8x2(const uint8_t* p) { return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static itype dot2(itype acc, itype v, int32_t p2) { return _mm256_add_epi32(acc, _mm256_madd_epi16(v, _mm256_set1_epi32(p2))); }
   static lut_type make_lut(const float* table) { return {_mm256_loadu_ps(table), _mm256_loadu_ps(table + 8)}; }
   static type lookup(const lut_type& t, itype idx) {  // entries 0-7 and 8-15, chosen by bit 3 of each index
     const __m256 lo = _mm256_permutevar8x32_ps(t.lo, idx), hi = _mm256_permutevar8x32_ps(t.hi, idx);

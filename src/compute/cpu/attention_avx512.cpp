@@ -31,6 +31,23 @@ struct AttendVec512 : Vec512 {
                                     _mm512_slli_epi32(_mm512_and_si512(b, _mm512_set1_epi32(0x7F)), 7));
     return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h));
   }
+  static itype sub_i(itype a, itype b) { return _mm512_sub_epi32(a, b); }
+  static constexpr int kDotOffset = 128;
+  static itype load_i8x4(const uint8_t* p) { return _mm512_loadu_si512(p); }
+  static itype dot4(itype acc, itype k, int32_t q4) {  // vpdpbusd: k as unsigned (k + 128) times q signed
+    const __m512i u = _mm512_xor_si512(k, _mm512_set1_epi8(static_cast<char>(0x80))), q = _mm512_set1_epi32(q4);
+    asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(q));
+    return acc;
+  }
+  static void store_int16(int16_t* p, itype v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtsepi32_epi16(v)); }
+  static itype load_i8x2(const uint8_t* p) { return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+  // In-place accumulation in asm: GCC 12 copies the accumulators of unrolled vpdpwssd / vpdpbusd chains
+  // between registers (and spills them) when they go through the intrinsics.
+  static itype dot2(itype acc, itype v, int32_t p2) {
+    const __m512i p = _mm512_set1_epi32(p2);
+    asm("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(v), "v"(p));
+    return acc;
+  }
   static lut_type make_lut(const float* table) { return _mm512_loadu_ps(table); }
   static type lookup(lut_type t, itype idx) { return _mm512_permutexvar_ps(idx, t); }
 };

@@ -2,16 +2,21 @@
 // dequantizing in registers inside the tile loop: the same tiles, chunks and online softmax as
 // attention_impl.h's float kernel (include that first), for K and V of one quantized type Q, head widths a
 // multiple of 32 (one fp16 scale per 32 values) and pages of a multiple of 16 tokens.
-//   Scores: per dimension, a vector of W keys' codes is widened and decoded (int8 or nibble to float, fp8
+//   Scores (q8_0: integer dot products, see attend_q8_scores; the others:) per dimension, a vector of W
+//   keys' codes is widened and decoded (int8 or nibble to float, fp8
 //   through its fp16 bit pattern, codebook indices through a register permute) and multiplied by the keys'
 //   scale for that 32-dimension group; the group of G query heads then shares it, so decoding costs 1/G of
 //   the FMAs. Rotated types expect the query already rotated (attention.cpp does it once per head).
 //   Values: a key's scale is folded into its probability once per 32-value group (p'[j] = p[j] * s[j]),
-//   and each key's codes are decoded once for all G heads.
+//   and each key's codes are decoded once for all G heads (q8_0: 16-bit dot products, attend_q8_values).
 // The vector type V adds to attention_impl.h's interface an integer lane type and: widen_u8 (W bytes to
 // W lanes), widen_i8 (W signed bytes to floats), srl / shl (by a count), srlv (by per-lane counts), and_i,
-// or_i, add_i, set1_i, iota (lane numbers), to_float, fp8 (E4M3 bits in each lane to the value / 256),
-// lut_type / make_lut / lookup (a 16-entry float table indexed per lane).
+// or_i, add_i, sub_i, set1_i, iota (lane numbers), to_float (signed), fp8 (E4M3 bits in each lane to the
+// value / 256), lut_type / make_lut / lookup (a 16-entry float table indexed per lane), load_i8x4 (W lanes
+// of four signed bytes) and dot4(acc, k, q4) = acc + per lane the dot product of its four bytes with q4's,
+// plus kDotOffset times the sum of q4's bytes (dpbusd reads k as unsigned: k + 128), load_i8x2 (W lanes
+// of two signed bytes widened to int16) and dot2(acc, v, p2) = acc + per lane the dot product of its two
+// int16 with p2's.
 #pragma once
 #include <cstring>
 
@@ -20,6 +25,8 @@
 namespace kestrel {
 
 constexpr int kQuantGroup = 32;  // values per scale in the fast path (kKvGroup)
+// Tiles ahead that pages are prefetched: quantized tiles take less time each, so further than float ones.
+constexpr int kQuantPrefetchTiles = 2;
 
 namespace {
 
@@ -27,9 +34,7 @@ namespace {
 // bs-byte planes, d dimensions per key.
 template <typename V, KvType Q>
 typename V::type attend_decode_keys(const uint8_t* codes, int i, int bs, int d, const typename V::lut_type& lut) {
-  if constexpr (Q == KvType::Q8_0) {
-    return V::widen_i8(codes + static_cast<size_t>(i) * bs);
-  } else if constexpr (Q == KvType::FP8) {
+  if constexpr (Q == KvType::FP8) {
     return V::fp8(V::widen_u8(codes + static_cast<size_t>(i) * bs));
   } else if constexpr (Q == KvType::Q4_0 || Q == KvType::TQ4) {
     const auto c = V::and_i(V::srl(V::widen_u8(codes + static_cast<size_t>(i / 2) * bs), 4 * (i & 1)), 15);
@@ -53,9 +58,7 @@ template <typename V, KvType Q>
 typename V::type attend_decode_values(const uint8_t* group, int slice, const typename V::lut_type& lut) {
   constexpr int W = V::W;
   const int x0 = slice * W;
-  if constexpr (Q == KvType::Q8_0) {
-    return V::widen_i8(group + x0);
-  } else if constexpr (Q == KvType::FP8) {
+  if constexpr (Q == KvType::FP8) {
     return V::fp8(V::widen_u8(group + x0));
   } else if constexpr (Q == KvType::Q4_0 || Q == KvType::TQ4) {  // byte b: value b low, value b + 16 high
     const auto c = x0 < kQuantGroup / 2 ? V::and_i(V::widen_u8(group + x0), 15) : V::srl(V::widen_u8(group + x0 - kQuantGroup / 2), 4);
@@ -69,6 +72,109 @@ typename V::type attend_decode_values(const uint8_t* group, int slice, const typ
     const auto hi = V::and_i(V::srlv(V::set1_i(attend_load_u32(group + kQuantGroup / 4 + hi_bit / 8)),
                                      V::add_i(V::set1_i(hi_bit % 8), lanes)), 1);
     return V::lookup(lut, V::or_i(lo, V::shl(hi, 2)));
+  }
+}
+
+// q8_0 keys score with integer dot products: each query head is quantized to int8 per 32 dimensions
+// (scale max|q| / 127), four dimensions of W keys meet four query bytes in one V::dot4, and each group's
+// integer sum is scaled by the key's and the query's scales.
+template <int GC>
+struct QuantizedQueries {
+  int32_t q4[GC][kAttendMaxDim / 4];   // four int8 per word
+  float scale[GC][kAttendMaxDim / 32];
+  int32_t offset[GC][kAttendMaxDim / 32];  // V::kDotOffset times the group's sum of q bytes
+
+  QuantizedQueries(const float (*q)[kAttendMaxDim], int d, int dot_offset) {
+    for (int g = 0; g < GC; ++g)
+      for (int group = 0; group < d / 32; ++group) {
+        float amax = 0.0f;
+        for (int i = group * 32; i < group * 32 + 32; ++i) amax = q[g][i] > amax ? q[g][i] : -q[g][i] > amax ? -q[g][i] : amax;
+        const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        scale[g][group] = amax / 127.0f;
+        int32_t sum = 0;
+        for (int i4 = group * 8; i4 < group * 8 + 8; ++i4) {
+          uint32_t word = 0;
+          for (int b = 0; b < 4; ++b) {
+            const float x = q[g][i4 * 4 + b] * inv;
+            const int32_t code = static_cast<int32_t>(x + (x >= 0.0f ? 0.5f : -0.5f));  // round half away
+            sum += code;
+            word |= static_cast<uint32_t>(code & 0xFF) << (8 * b);
+          }
+          q4[g][i4] = static_cast<int32_t>(word);
+        }
+        offset[g][group] = dot_offset * sum;
+      }
+  }
+};
+
+// Scores of NV vectors of W keys (codes[c]: their page's code planes offset by 4 bytes per key; scales[c]:
+// their fp16 scales) for GC heads, into p[g][column + c * W]: each query broadcast serves every vector.
+template <typename V, int GC, int NV>
+void attend_q8_scores(const QuantizedQueries<GC>& qq, const uint8_t* const* codes, const uint16_t* const* scales, int bs,
+                      int d, float (*p)[kAttendChunk], int column, AheadPrefetch& ahead) {
+  using vec = typename V::type;
+  using ivec = typename V::itype;
+  constexpr int W = V::W;
+  for (int group = 0; group < d / 32; ++group) {
+    ivec acc[GC][NV];
+    for (int g = 0; g < GC; ++g)
+      for (int c = 0; c < NV; ++c) acc[g][c] = V::set1_i(0);
+    for (int i4 = group * 8; i4 < group * 8 + 8; ++i4) {
+      ahead.step();
+      ivec k4[NV];
+      for (int c = 0; c < NV; ++c) k4[c] = V::load_i8x4(codes[c] + static_cast<size_t>(i4) * bs * 4);
+      for (int g = 0; g < GC; ++g)
+        for (int c = 0; c < NV; ++c) acc[g][c] = V::dot4(acc[g][c], k4[c], qq.q4[g][i4]);
+    }
+    for (int c = 0; c < NV; ++c) {
+      const vec ks = V::load(scales[c] + static_cast<size_t>(group) * bs);
+      for (int g = 0; g < GC; ++g) {
+        float* out = p[g] + column + c * W;
+        const vec sum = V::to_float(V::sub_i(acc[g][c], V::set1_i(static_cast<uint32_t>(qq.offset[g][group]))));
+        const vec scale = V::mul(ks, V::set1(qq.scale[g][group]));
+        V::store(out, group == 0 ? V::mul(sum, scale) : V::fma(sum, scale, V::load(out)));
+      }
+    }
+  }
+}
+
+// q8_0 values: per 32-value group and head, the probabilities times the keys' scales (pv) are rounded to
+// int16 (max / 32767 per chunk, V::store_int16: far below the codes' own error, and a chunk's small probabilities keep
+// their precision), and each pair of keys' codes (side by side in the page) meets a pair of them in one
+// 16-bit dot product (V::dot2) for W values at once.
+template <typename V, int GC, int S>
+void attend_q8_values(const float (*pv)[kAttendChunk], const uint8_t* const* vcodes, int n, int group,
+                      float (*acc)[kAttendMaxDim]) {
+  using vec = typename V::type;
+  using ivec = typename V::itype;
+  constexpr int W = V::W, SLICES = kQuantGroup / W;
+  const int padded = (n + kAttendTile - 1) / kAttendTile * kAttendTile;  // pv is 0 past n
+  alignas(64) int16_t pq[GC][kAttendChunk];  // [heads][keys] rounded probabilities; a pair is one word
+  float pscale[GC];
+  for (int g = 0; g < GC; ++g) {
+    vec mx = V::zero();
+    for (int j = 0; j < padded; j += W) mx = V::max(mx, V::load(pv[g] + j));
+    const float max = V::reduce_max(mx);
+    pscale[g] = max / 32767.0f;
+    const vec inv = V::set1(max > 0.0f ? 32767.0f / max : 0.0f);
+    for (int j = 0; j < padded; j += W) V::store_int16(pq[g] + j, V::round_to_int(V::mul(V::load(pv[g] + j), inv)));
+  }
+  for (int s0 = 0; s0 < SLICES; s0 += S) {
+    ivec sums[GC][S];
+    for (int g = 0; g < GC; ++g)
+      for (int s = 0; s < S; ++s) sums[g][s] = V::set1_i(0);
+    const size_t column = static_cast<size_t>(group) * kQuantGroup + static_cast<size_t>(s0) * W;
+    for (int jp = 0; jp < (n + 1) / 2; ++jp) {
+      ivec v2[S];
+      for (int s = 0; s < S; ++s) v2[s] = V::load_i8x2(vcodes[2 * jp] + (column + static_cast<size_t>(s) * W) * 2);
+      for (int g = 0; g < GC; ++g)
+        for (int s = 0; s < S; ++s) sums[g][s] = V::dot2(sums[g][s], v2[s], attend_load_u32(reinterpret_cast<const uint8_t*>(pq[g] + 2 * jp)));
+    }
+    for (int g = 0; g < GC; ++g)
+      for (int s = 0; s < S; ++s) {
+        float* out = acc[g] + column + s * W;
+        V::store(out, V::fma(V::to_float(sums[g][s]), V::set1(pscale[g]), V::load(out)));
+      }
   }
 }
 
@@ -117,6 +223,7 @@ void attend_quant_chunk(const AttendArgs& a, int g0) {
     m[g] = -3.0e38f;
     l[g] = 0.0f;
   }
+  [[maybe_unused]] const QuantizedQueries<Q == KvType::Q8_0 ? GC : 1> qq(q, Q == KvType::Q8_0 ? d : 0, V::kDotOffset);
   const auto* kbase = static_cast<const uint8_t*>(a.k);
   const auto* vbase = static_cast<const uint8_t*>(a.v);
   const uint8_t* vcodes[CK];                 // [chunk keys] each key's V codes
@@ -140,11 +247,23 @@ void attend_quant_chunk(const AttendArgs& a, int g0) {
         const size_t page = static_cast<size_t>(a.kv_head) * a.n_blocks + a.table[pos / bs];
         const uint8_t* v0 = vbase + page * v_page;
         vscales[(t * B + j) / kAttendTile] = reinterpret_cast<const uint16_t*>(v0 + v_codes) + pos % bs;
-        for (int r = 0; r < kAttendTile; ++r) vcodes[t * B + j + r] = v0 + static_cast<size_t>(pos % bs + r) * v_row;
+        for (int r = 0; r < kAttendTile; ++r)  // q8_0: the key pair's codes ([bs / 2][dv][2])
+          vcodes[t * B + j + r] = v0 + (Q == KvType::Q8_0 ? static_cast<size_t>((pos % bs + r) / 2) * 2 * v_row
+                                                          : static_cast<size_t>(pos % bs + r) * v_row);
       }
       const bool first_tile = start == 0;
-      AheadPrefetch ahead(a, k_page, v_page, first_tile ? B : start + kAttendPrefetchTiles * B,
-                          first_tile ? kAttendPrefetchTiles * B : B, kAttendTile, d);
+      AheadPrefetch ahead(a, k_page, v_page, first_tile ? B : start + kQuantPrefetchTiles * B,
+                          first_tile ? kQuantPrefetchTiles * B : B, kAttendTile, Q == KvType::Q8_0 ? NV * d / 4 : d);
+      if constexpr (Q == KvType::Q8_0) {
+        const uint8_t* codes[NV];
+        const uint16_t* scales[NV];
+        for (int c = 0; c < NV; ++c) {
+          codes[c] = kpage[c] + static_cast<size_t>(kkey[c]) * 4;
+          scales[c] = reinterpret_cast<const uint16_t*>(kpage[c] + k_codes) + kkey[c];
+        }
+        attend_q8_scores<V, GC, NV>(qq, codes, scales, bs, d, p, t * B, ahead);
+        continue;
+      }
       vec s[GC][NV];
       for (int g = 0; g < GC; ++g)
         for (int c = 0; c < NV; ++c) s[g][c] = V::zero();
@@ -173,9 +292,13 @@ void attend_quant_chunk(const AttendArgs& a, int g0) {
           const vec sc = V::load(vscales[st] + static_cast<size_t>(group) * bs + w);
           for (int g = 0; g < GC; ++g) V::store(pv[g] + st * kAttendTile + w, V::mul(V::load(p[g] + st * kAttendTile + w), sc));
         }
-      const size_t group_offset = static_cast<size_t>(group) * kv_code_bytes(Q, G32);
-      for (int s0 = 0; s0 < SLICES; s0 += VS)
-        attend_quant_values<V, Q, GC, VS>(pv, vcodes, group_offset, n, s0, group * G32 + s0 * W, acc, lut);
+      if constexpr (Q == KvType::Q8_0) {
+        attend_q8_values<V, GC, VS>(pv, vcodes, n, group, acc);
+      } else {
+        const size_t group_offset = static_cast<size_t>(group) * kv_code_bytes(Q, G32);
+        for (int s0 = 0; s0 < SLICES; s0 += VS)
+          attend_quant_values<V, Q, GC, VS>(pv, vcodes, group_offset, n, s0, group * G32 + s0 * W, acc, lut);
+      }
     }
   }
   for (int g = 0; g < GC; ++g) {
