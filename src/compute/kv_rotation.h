@@ -14,6 +14,10 @@ int kv_rotation_block(int dim);
 // x[dim] <- R x, and back: x[dim] <- R^T x.
 void kv_rotate(float* x, int dim, uint32_t seed);
 void kv_unrotate(float* x, int dim, uint32_t seed);
+// The same with R's diagonal precomputed once for many rows: factors[dim] = D's signs / sqrt(block).
+void kv_rotation_factors(uint32_t seed, int dim, float* factors);
+void kv_rotate(float* x, int dim, const float* factors);
+void kv_unrotate(float* x, int dim, const float* factors);
 // The seed of a model layer's rotation.
 inline uint32_t kv_rotation_seed(int layer) { return 0x5eed0000u + static_cast<uint32_t>(layer); }
 

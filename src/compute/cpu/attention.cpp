@@ -204,6 +204,11 @@ void attention_paged_on(Isa isa, ThreadPool& pool, const float* q, const KvLayer
   if (!attend_fn) return attention_generic(pool, q, kv, rows, out, n_tok, n_heads, scale);
   const int group = n_heads / kv.n_kv_heads;
   const bool rotated = kv_type_rotated(kv.types.k);  // K and V alike on this path
+  float factors[kAttendMaxDim], factors_v[kAttendMaxDim];  // the rotation's diagonal (K rows, V rows), once per call
+  if (rotated) {
+    kv_rotation_factors(kv.rotation_seed, kv.k_dim, factors);
+    kv_rotation_factors(kv.rotation_seed, kv.v_dim, factors_v);
+  }
   pool.parallel_for(static_cast<size_t>(n_tok) * kv.n_kv_heads, 1, [&](size_t begin, size_t end, int) {
     float scratch[kAttendMaxDim];  // one rotated K row
     std::vector<float> q_rotated(rotated ? static_cast<size_t>(group) * kv.k_dim : 0);  // [group, k_dim]
@@ -214,7 +219,7 @@ void attention_paged_on(Isa isa, ThreadPool& pool, const float* q, const KvLayer
       const float* q_heads = q + first_head * kv.k_dim;
       if (rotated) {  // q.k = (Rq).(Rk): rotate the group's queries once instead of every key
         std::copy_n(q_heads, q_rotated.size(), q_rotated.begin());
-        for (int g = 0; g < group; ++g) kv_rotate(q_rotated.data() + static_cast<size_t>(g) * kv.k_dim, kv.k_dim, kv.rotation_seed);
+        for (int g = 0; g < group; ++g) kv_rotate(q_rotated.data() + static_cast<size_t>(g) * kv.k_dim, kv.k_dim, factors);
         q_heads = q_rotated.data();
       }
       float* out_heads = out + first_head * kv.v_dim;
@@ -222,7 +227,7 @@ void attention_paged_on(Isa isa, ThreadPool& pool, const float* q, const KvLayer
                             rows.block_tables[t], rows.positions[t] + 1, scale, out_heads};
       attend_fn(args);
       if (rotated)  // values were summed in the rotated basis: rotate the outputs back
-        for (int g = 0; g < group; ++g) kv_unrotate(out_heads + static_cast<size_t>(g) * kv.v_dim, kv.v_dim, kv.rotation_seed);
+        for (int g = 0; g < group; ++g) kv_unrotate(out_heads + static_cast<size_t>(g) * kv.v_dim, kv.v_dim, factors_v);
     }
   });
 }
