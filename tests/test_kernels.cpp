@@ -19,13 +19,7 @@ namespace {
 
 const DType kTypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K};
 
-std::vector<float> random_vector(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
+std::vector<float> random_vector(size_t n, uint32_t seed, float scale = 1.0f) { return test::gaussian_vector(n, seed, scale); }
 
 // Every slot of kv's pages (k_dim == v_dim) set to N(0, 1) values: K from seed_k, V from seed_v, in (block,
 // head, offset, dim) order, encoded as the pages' types.

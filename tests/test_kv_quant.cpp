@@ -15,13 +15,7 @@ namespace {
 
 constexpr KvType kQuantTypes[] = {KvType::Q8_0, KvType::Q4_0, KvType::FP8, KvType::TQ4, KvType::TQ3};
 
-std::vector<float> gaussian(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
+std::vector<float> gaussian(size_t n, uint32_t seed, float scale = 1.0f) { return test::gaussian_vector(n, seed, scale); }
 
 // Relative RMS error of y against x.
 double relative_rms_error(const std::vector<float>& x, const std::vector<float>& y) {

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <numeric>
 #include <sstream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,15 @@ inline std::string temp_path(const std::string& name) {
 }
 
 // n consecutive token ids from `first` (toy prompts whose runs never repeat).
+// n values drawn from N(0, scale^2), seeded.
+inline std::vector<float> gaussian_vector(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
 inline std::vector<int32_t> iota_tokens(int32_t n, int32_t first = 100) {
   std::vector<int32_t> t(static_cast<size_t>(n));
   std::iota(t.begin(), t.end(), first);

@@ -158,6 +158,8 @@ int run_bench_serve(const ServeBenchArgs& a) {
   const double prompt_tokens = scrape(after, "kestrel_prompt_tokens_total") - scrape(before, "kestrel_prompt_tokens_total");
   if (!before.empty() && !after.empty() && prompt_tokens > 0) hit_rate = hits / prompt_tokens;
   const double kv_unused_at_peak = scrape(after, "kestrel_kv_peak_unused_fraction");
+  const double peak_running = scrape(after, "kestrel_requests_running_peak");  // kestrel: KV capacity in use
+  const double preemptions = scrape(after, "kestrel_preemptions_total") - scrape(before, "kestrel_preemptions_total");
   // Speculative decoding on the server (kestrel's /metrics): drafts verified and accepted during this run.
   const auto delta = [&](const char* name) { return scrape(after, name) - scrape(before, name); };
   const bool speculative = scrape(after, "kestrel_spec_draft_tokens_total") >= 0 && !before.empty();
@@ -186,6 +188,8 @@ int run_bench_serve(const ServeBenchArgs& a) {
                        {"tpot_p50_ms", percentile(tpot, 50) * 1e3}, {"tpot_p99_ms", percentile(tpot, 99) * 1e3},
                        {"prefix_cache_hit_rate", hit_rate < 0 ? json(nullptr) : json(hit_rate)},
                        {"kv_unused_at_peak", kv_unused_at_peak < 0 ? json(nullptr) : json(kv_unused_at_peak)},
+                       {"peak_running", peak_running < 0 ? json(nullptr) : json(peak_running)},
+                       {"preemptions", peak_running < 0 || before.empty() ? json(nullptr) : json(preemptions)},
                        {"spec_acceptance", drafted > 0 ? json(accepted / drafted) : json(nullptr)},
                        {"spec_mean_accepted_length", verify_steps > 0 ? json(accepted / verify_steps + 1) : json(nullptr)}};
   if (a.output == "json") {
@@ -201,6 +205,9 @@ int run_bench_serve(const ServeBenchArgs& a) {
                 hit_rate < 0 ? "n/a" : (std::to_string(static_cast<int>(hit_rate * 100 + 0.5)) + "%").c_str());
     if (kv_unused_at_peak >= 0)
       std::printf("\nserver KV cache at its peak so far: %.1f%% of in-use positions unused\n", kv_unused_at_peak * 100);
+    if (peak_running >= 0)
+      std::printf("server ran at most %.0f sequences at once so far (%.0f preemptions in this run)\n", peak_running,
+                  before.empty() ? 0.0 : preemptions);
     if (speculative)
       std::printf("speculative decoding: %.0f drafts verified, %.1f%% accepted, %.2f tokens per verification\n", drafted,
                   drafted > 0 ? 100 * accepted / drafted : 0.0, verify_steps > 0 ? accepted / verify_steps + 1 : 0.0);

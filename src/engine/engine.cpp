@@ -196,6 +196,7 @@ std::vector<StepOutput> Engine::step() {
   if (plan.empty()) return outputs;
   ++steps_;
   std::vector<float> logits = runner_.run(plan);  // [plan.n_logits(), n_vocab]
+  peak_running_ = std::max(peak_running_, scheduler_.n_running());
   if (pages_.pool().n_in_use() > peak_blocks_used_) {
     peak_blocks_used_ = pages_.pool().n_in_use();
     peak_unused_tokens_ = static_cast<int64_t>(peak_blocks_used_) * config_.scheduler.block_size - kv_tokens_filled();
@@ -308,6 +309,7 @@ EngineStats Engine::stats() const {
   s.kv_bytes_per_token = static_cast<int64_t>(kv_.spec().bytes_per_token());
   s.kv_bytes = static_cast<int64_t>(kv_.spec().bytes());
   s.kv_peak_blocks_used = peak_blocks_used_;
+  s.peak_running = peak_running_;
   s.kv_peak_unused_tokens = peak_unused_tokens_;
   s.prompt_tokens = prompt_tokens_;
   s.prompt_tokens_cached = prompt_tokens_cached_;

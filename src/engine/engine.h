@@ -77,6 +77,7 @@ struct StepOutput {
 
 struct EngineStats {
   size_t n_waiting = 0, n_running = 0;
+  size_t peak_running = 0;  // most sequences running (holding KV) at once so far
   int32_t kv_block_size = 0;
   int32_t kv_blocks_total = 0, kv_blocks_used = 0, kv_blocks_cached = 0, kv_blocks_free = 0;
   int64_t kv_tokens_used = 0;           // positions of used blocks that hold a token
@@ -154,6 +155,7 @@ class Engine {
   int64_t next_request_ = 1, next_sequence_ = 1;
   int64_t prompt_tokens_ = 0, prompt_tokens_cached_ = 0, generated_tokens_ = 0, steps_ = 0;
   int32_t peak_blocks_used_ = 0;
+  size_t peak_running_ = 0;
   int64_t peak_unused_tokens_ = 0;
 };
 

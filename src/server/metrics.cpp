@@ -76,6 +76,8 @@ std::string Metrics::render() const {
   counter("kestrel_engine_steps_total", "Forward passes run by the engine.", static_cast<double>(engine_.steps));
   gauge("kestrel_requests_waiting", "Sequences waiting to be scheduled.", static_cast<double>(engine_.n_waiting));
   gauge("kestrel_requests_running", "Sequences in the running batch.", static_cast<double>(engine_.n_running));
+  gauge("kestrel_requests_running_peak", "Most sequences in the running batch at once so far.",
+        static_cast<double>(engine_.peak_running));
   out += "# HELP kestrel_kv_blocks KV cache blocks by state.\n# TYPE kestrel_kv_blocks gauge\n";
   out += "kestrel_kv_blocks{state=\"used\"} " + std::to_string(engine_.kv_blocks_used) + "\n";
   out += "kestrel_kv_blocks{state=\"cached\"} " + std::to_string(engine_.kv_blocks_cached) + "\n";

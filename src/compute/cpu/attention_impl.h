@@ -134,17 +134,17 @@ void attend_softmax_update(float (*p)[kAttendChunk], int n, int padded, float* m
   }
 }
 
-// acc[g][i .. i + S * W) += sum over the chunk's n keys of p[g][j] * V row j from column vi, for S slices
-// of W lanes.
-template <typename V, typename T, int GC, int S>
-void attend_values(const float (*p)[kAttendChunk], const T* const* vrow, int n, int vi, int i, float (*acc)[kAttendMaxDim]) {
+// acc[g][i .. i + S * W) += sum over the chunk's n keys of p[g][j] * key j's values (S slices of W lanes,
+// each from load(j, s)); attend_values: V row j from column vi.
+template <typename V, int GC, int S, typename LoadValues>
+void attend_values_with(const float (*p)[kAttendChunk], int n, int i, float (*acc)[kAttendMaxDim], LoadValues load) {
   using vec = typename V::type;
   vec o[GC][S];
   for (int g = 0; g < GC; ++g)
     for (int s = 0; s < S; ++s) o[g][s] = V::load(acc[g] + i + s * V::W);
   for (int j = 0; j < n; ++j) {
     vec v[S];
-    for (int s = 0; s < S; ++s) v[s] = V::load(vrow[j] + vi + s * V::W);
+    for (int s = 0; s < S; ++s) v[s] = load(j, s);  // key j's slice s
     for (int g = 0; g < GC; ++g) {
       const vec pj = V::set1(p[g][j]);
       for (int s = 0; s < S; ++s) o[g][s] = V::fma(pj, v[s], o[g][s]);
@@ -152,6 +152,11 @@ void attend_values(const float (*p)[kAttendChunk], const T* const* vrow, int n, 
   }
   for (int g = 0; g < GC; ++g)
     for (int s = 0; s < S; ++s) V::store(acc[g] + i + s * V::W, o[g][s]);
+}
+
+template <typename V, typename T, int GC, int S>
+void attend_values(const float (*p)[kAttendChunk], const T* const* vrow, int n, int vi, int i, float (*acc)[kAttendMaxDim]) {
+  attend_values_with<V, GC, S>(p, n, i, acc, [&](int j, int s) { return V::load(vrow[j] + vi + s * V::W); });
 }
 
 // acc[g][i .. dv) += sum over the chunk's n keys of p[g][j] * V row j, for the value lanes past the last

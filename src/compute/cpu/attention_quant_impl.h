@@ -178,27 +178,6 @@ void attend_q8_values(const float (*pv)[kAttendChunk], const uint8_t* const* vco
   }
 }
 
-// acc[g][group * 32 + slices [s0, s0 + S) * W) += sum over the chunk's n keys of pv[g][j] * the key's
-// decoded values (pv: probabilities times the keys' scales for this group).
-template <typename V, KvType Q, int GC, int S>
-void attend_quant_values(const float (*pv)[kAttendChunk], const uint8_t* const* vcodes, size_t group_offset, int n,
-                         int s0, int column, float (*acc)[kAttendMaxDim], const typename V::lut_type& lut) {
-  using vec = typename V::type;
-  vec o[GC][S];
-  for (int g = 0; g < GC; ++g)
-    for (int s = 0; s < S; ++s) o[g][s] = V::load(acc[g] + column + s * V::W);
-  for (int j = 0; j < n; ++j) {
-    vec v[S];
-    for (int s = 0; s < S; ++s) v[s] = attend_decode_values<V, Q>(vcodes[j] + group_offset, s0 + s, lut);
-    for (int g = 0; g < GC; ++g) {
-      const vec pj = V::set1(pv[g][j]);
-      for (int s = 0; s < S; ++s) o[g][s] = V::fma(pj, v[s], o[g][s]);
-    }
-  }
-  for (int g = 0; g < GC; ++g)
-    for (int s = 0; s < S; ++s) V::store(acc[g] + column + s * V::W, o[g][s]);
-}
-
 template <typename V, KvType Q, int GC>
 void attend_quant_chunk(const AttendArgs& a, int g0) {
   constexpr int B = V::kTileKeys, CK = kAttendChunk, W = V::W, NV = B / W, G32 = kQuantGroup;
@@ -296,8 +275,10 @@ void attend_quant_chunk(const AttendArgs& a, int g0) {
         attend_q8_values<V, GC, VS>(pv, vcodes, n, group, acc);
       } else {
         const size_t group_offset = static_cast<size_t>(group) * kv_code_bytes(Q, G32);
-        for (int s0 = 0; s0 < SLICES; s0 += VS)
-          attend_quant_values<V, Q, GC, VS>(pv, vcodes, group_offset, n, s0, group * G32 + s0 * W, acc, lut);
+        for (int s0 = 0; s0 < SLICES; s0 += VS)  // each key's codes decoded once for the GC heads
+          attend_values_with<V, GC, VS>(pv, n, group * G32 + s0 * W, acc, [&](int j, int s) {
+            return attend_decode_values<V, Q>(vcodes[j] + group_offset, s0 + s, lut);
+          });
       }
     }
   }
