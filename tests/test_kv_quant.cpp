@@ -56,7 +56,7 @@ std::vector<float> int8_queries(const std::vector<float>& q, int hd, float scale
 // One page per (block, head), rows written then read back through the view, for both K layouts.
 TEST(KvQuant, RowsRoundTripWithinFormatBounds) {
   for (KvType t : kQuantTypes)
-    for (int dim : {8, 32, 64, 128, 576})
+    for (int dim : {8, 32, 64, 80, 128, 576})
       for (bool transposed : {true, false}) {
         SCOPED_TRACE(std::string(kv_type_name(t)) + " dim " + std::to_string(dim) + (transposed ? " transposed" : " rows"));
         ASSERT_EQ(kv_row_check(t, dim), "");
@@ -89,7 +89,9 @@ TEST(KvQuant, RowSizesAndChecks) {
   EXPECT_EQ(kv_row_bytes(KvType::FP8, 128), 128u + 8u);
   EXPECT_EQ(kv_row_bytes(KvType::TQ3, 64), 24u + 4u);  // 3.5
   EXPECT_EQ(kv_row_bytes(KvType::F16, 64), 128u);
-  EXPECT_NE(kv_row_check(KvType::Q8_0, 40), "");  // not whole groups of 32
+  EXPECT_EQ(kv_group_size(80), 16);  // latent attention's 64 + 16
+  EXPECT_EQ(kv_row_bytes(KvType::Q8_0, 80), 80u + 10u);
+  EXPECT_NE(kv_row_check(KvType::Q8_0, 36), "");  // no group of 8 or more fits
   EXPECT_NE(kv_row_check(KvType::TQ3, 12), "");   // 3-bit packing needs multiples of 8
   EXPECT_EQ(kv_row_check(KvType::F16, 40), "");
   for (KvType t : kAllKvTypes) EXPECT_EQ(parse_kv_type(kv_type_name(t)), t);
@@ -205,7 +207,7 @@ TEST(KvQuant, GenericPathMatchesReference) {
   struct Case { KvTypes types; int hd, bs; bool latent; };
   for (const Case& c : {Case{KvType::Q8_0, 64, 6, false}, Case{KvType::TQ3, 8, 16, false},
                         Case{{KvType::Q4_0, KvType::F16}, 64, 16, false}, Case{{KvType::F16, KvType::TQ4}, 32, 16, false},
-                        Case{KvType::TQ4, 96, 16, true}, Case{KvType::Q8_0, 96, 16, true}}) {
+                        Case{KvType::TQ4, 96, 16, true}, Case{KvType::Q8_0, 80, 16, true}}) {
     SCOPED_TRACE(c.types.name() + " head width " + std::to_string(c.hd) + " block " + std::to_string(c.bs) +
                  (c.latent ? " latent" : ""));
     const int n_heads = 4, n_kv = c.latent ? 1 : 2, n_blocks = 12, v_dim = c.latent ? 64 : c.hd;

@@ -146,9 +146,9 @@ std::string kv_row_check(KvType t, int dim) {
   if (!kv_type_quantized(t) || dim <= 0) return {};
   const int g = kv_group_size(dim);
   const int need = t == KvType::TQ3 ? 8 : kv_type_bits(t) == 4 ? 2 : 1;
-  if (dim % g != 0 || g % need != 0)
-    return std::string(kv_type_name(t)) + " KV needs rows of a multiple of " + std::to_string(kKvGroup) +
-           " values (or fewer, a multiple of " + std::to_string(need) + "); this model's are " + std::to_string(dim);
+  if (g == 0 || dim % g != 0 || g % need != 0)
+    return std::string(kv_type_name(t)) + " KV needs rows of a multiple of 8 values (or fewer than 32, a multiple of " +
+           std::to_string(need) + "); this model's are " + std::to_string(dim);
   return {};
 }
 

@@ -32,7 +32,13 @@ inline bool kv_type_rotated(KvType t) { return t == KvType::TQ4 || t == KvType::
 int kv_type_bits(KvType t);
 
 constexpr int kKvGroup = 32;  // values per scale
-inline int kv_group_size(int dim) { return dim < kKvGroup ? dim : kKvGroup; }
+// Values per scale for rows of dim values: 32, else 16 or 8 where they divide the row (latent attention's
+// 64 + 16), else the whole row when it is shorter than 32 (0: no grouping fits; kv_row_check says so).
+inline int kv_group_size(int dim) {
+  for (int g = kKvGroup; g >= 8; g /= 2)
+    if (dim % g == 0) return g;
+  return dim < kKvGroup ? dim : 0;
+}
 // Empty when rows of `dim` values can be stored as t, else why not.
 std::string kv_row_check(KvType t, int dim);
 // Bytes of one row's codes (quantized types), and of the whole row in a page: elements, or codes and scales.
