@@ -53,6 +53,46 @@ std::vector<float> int8_queries(const std::vector<float>& q, int hd, float scale
   return out;
 }
 
+// Keys with a large shared offset (the mean trained models' keys carry): with the offset as the view's key
+// center, read_k gives the original rows back and the error is a fraction of the uncentered one; values
+// ignore the center.
+TEST(KvQuant, CenteredKeysRoundTripWithTheirCenterAddedBack) {
+  const int dim = 64, n_kv = 2, bs = 16, n_blocks = 2;
+  std::vector<float> center(static_cast<size_t>(n_kv) * dim);  // [n_kv][dim]
+  for (size_t i = 0; i < center.size(); ++i) center[i] = (i % 3 == 0 ? 6.0f : -4.0f) * (i % 2 ? 1.0f : -1.0f);
+  const auto spread = gaussian(static_cast<size_t>(n_blocks) * n_kv * bs * dim, 31);
+  for (KvType t : kQuantTypes) {
+    SCOPED_TRACE(kv_type_name(t));
+    std::vector<uint8_t> plain_k(static_cast<size_t>(n_blocks) * n_kv * bs * kv_row_bytes(t, dim)), centered_k(plain_k.size());
+    std::vector<uint8_t> v1(plain_k.size()), v2(plain_k.size());
+    const KvLayerView plain{plain_k.data(), v1.data(), t, true, bs, n_kv, dim, dim, dim, n_blocks, 3};
+    KvLayerView centered{centered_k.data(), v2.data(), t, true, bs, n_kv, dim, dim, dim, n_blocks, 3};
+    centered.k_center = center.data();
+    std::vector<float> rows(spread.size()), from_plain(spread.size()), from_centered(spread.size()), v_back(spread.size());
+    for (size_t r = 0; r < spread.size() / dim; ++r) {
+      const int blk = static_cast<int>(r / (n_kv * bs)), h = static_cast<int>(r / bs % n_kv), o = static_cast<int>(r % bs);
+      for (int i = 0; i < dim; ++i) rows[r * dim + i] = spread[r * dim + i] + center[static_cast<size_t>(h) * dim + i];
+      plain.write_k(blk, h, o, rows.data() + r * dim);
+      centered.write_k(blk, h, o, rows.data() + r * dim);
+      centered.write_v(blk, h, o, rows.data() + r * dim);
+      plain.read_k(blk, h, o, from_plain.data() + r * dim);
+      centered.read_k(blk, h, o, from_centered.data() + r * dim);
+      centered.read_v(blk, h, o, v_back.data() + r * dim);
+    }
+    double plain_err = 0, centered_err = 0, v_err = 0, spread_sq = 0;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      plain_err += (from_plain[i] - rows[i]) * (from_plain[i] - rows[i]);
+      centered_err += (from_centered[i] - rows[i]) * (from_centered[i] - rows[i]);
+      v_err += (v_back[i] - rows[i]) * (v_back[i] - rows[i]);
+      spread_sq += spread[i] * spread[i];
+    }
+    // Centered, the error is the format's on the spread alone; uncentered it scales with the offset.
+    EXPECT_LT(std::sqrt(centered_err / spread_sq), error_bound(t));
+    EXPECT_LT(centered_err, 0.25 * plain_err);
+    EXPECT_NEAR(v_err, plain_err, 1e-6 * plain_err);  // V is written as K was without a center
+  }
+}
+
 // One page per (block, head), rows written then read back through the view, for both K layouts.
 TEST(KvQuant, RowsRoundTripWithinFormatBounds) {
   for (KvType t : kQuantTypes)
@@ -159,18 +199,25 @@ TEST(KvQuant, RotationIsOrthogonalAndSpreadsEnergy) {
 }
 
 // The quantized page kernels against the full-softmax reference over the same decoded pages, on every
-// ISA: scattered pages, GQA groups of 1, 3 and 8, widths 32 to 256, positions around the 128-key chunks.
+// ISA: scattered pages, GQA groups of 1, 3 and 8, widths 32 to 256, positions around the 128-key chunks,
+// keys with and without a center (the kernels score centered codes, the reference adds the center back).
 TEST(KvQuant, PagedAttentionMatchesReferenceOnEveryIsa) {
   ThreadPool pool(2);
   const int n_blocks = 24;
   for (KvType t : kQuantTypes)
-    for (const auto& [hd, n_heads, n_kv, bs] : std::vector<std::tuple<int, int, int, int>>{
-             {64, 8, 1, 16}, {128, 6, 2, 32}, {32, 2, 2, 16}, {256, 4, 1, 16}}) {
+    for (const auto& [hd, n_heads, n_kv, bs, centered] : std::vector<std::tuple<int, int, int, int, bool>>{
+             {64, 8, 1, 16, false}, {128, 6, 2, 32, false}, {32, 2, 2, 16, false}, {256, 4, 1, 16, false},
+             {64, 8, 2, 16, true}, {128, 4, 1, 32, true}}) {
       SCOPED_TRACE(std::string(kv_type_name(t)) + " head width " + std::to_string(hd) + " heads " +
-                   std::to_string(n_heads) + "/" + std::to_string(n_kv) + " block " + std::to_string(bs));
+                   std::to_string(n_heads) + "/" + std::to_string(n_kv) + " block " + std::to_string(bs) +
+                   (centered ? " centered" : ""));
       std::vector<uint8_t> k(static_cast<size_t>(n_blocks) * n_kv * bs * kv_row_bytes(t, hd)), v(k.size());
-      const KvLayerView kv{k.data(), v.data(), t, true, bs, n_kv, hd, hd, hd, n_blocks, 11};
-      const auto kvals = gaussian(static_cast<size_t>(n_blocks) * n_kv * bs * hd, 12);
+      KvLayerView kv{k.data(), v.data(), t, true, bs, n_kv, hd, hd, hd, n_blocks, 11};
+      const auto center = gaussian(static_cast<size_t>(n_kv) * hd, 17, 3.0f);  // [n_kv][hd]
+      if (centered) kv.k_center = center.data();
+      auto kvals = gaussian(static_cast<size_t>(n_blocks) * n_kv * bs * hd, 12);
+      if (centered)  // keys around a center near the one the view uses
+        for (size_t i = 0; i < kvals.size(); ++i) kvals[i] += 0.9f * center[(i / hd / bs % n_kv) * hd + i % hd];
       const auto vvals = gaussian(kvals.size(), 13);
       for (size_t r = 0; r < kvals.size() / hd; ++r) {
         const int blk = static_cast<int>(r / (n_kv * bs)), h = static_cast<int>(r / bs % n_kv), o = static_cast<int>(r % bs);

@@ -16,6 +16,7 @@
 #include "core/timer.h"
 #include "engine/model_runner.h"
 #include "kv/kv_manager.h"
+#include "model/key_centers.h"
 
 namespace kestrel::cli {
 namespace {
@@ -41,11 +42,15 @@ struct BenchArgs {
 // Several sequences sharing one KV page pool; each step runs one forward over all of them.
 class BenchSequences {
  public:
-  BenchSequences(const Model& model, ThreadPool& pool, int n_seqs, int n_ctx, int block_size, KvTypes kv_types)
+  // key_centers: measure_key_centers(model, pool), used when kv_types.k is quantized.
+  BenchSequences(const Model& model, ThreadPool& pool, int n_seqs, int n_ctx, int block_size, KvTypes kv_types,
+                 const std::vector<float>& key_centers)
       : pages_(n_seqs * ((n_ctx + block_size - 1) / block_size), block_size, false),
         kv_(model.kv_spec(pages_.pool().n_blocks(), block_size, kv_types)),
         runner_(model, pool, kv_),
-        n_past_(static_cast<size_t>(n_seqs), 0) {}
+        n_past_(static_cast<size_t>(n_seqs), 0) {
+    center_keys(kv_, key_centers);
+  }
 
   // Appends tokens[s] to sequence s for every s, in one forward (micro-batched by ubatch); logits of the
   // last token of each sequence, and of each micro-batch's last token (a forward always makes some).
@@ -158,12 +163,13 @@ std::vector<int32_t> random_tokens(std::mt19937& rng, int n, int n_vocab) {
 // depth sees the same spells of this shared machine and their ratio (what context costs) is not a
 // comparison across minutes. The first repetition warms up.
 void measure_depths_interleaved(const Model& model, ThreadPool& pool, const BenchArgs& a, std::mt19937& rng,
-                                const std::vector<Row*>& rows) {
+                                const std::vector<Row*>& rows, const std::vector<float>& key_centers) {
   const int n_vocab = model.hparams().n_vocab;
   for (int rep = 0; rep <= a.repetitions; ++rep) {
     std::vector<std::unique_ptr<BenchSequences>> seqs;  // [rows]
     for (const Row* row : rows) {
-      seqs.push_back(std::make_unique<BenchSequences>(model, pool, 1, row->depth + row->n_gen + 1, a.block_size, a.kv_types));
+      seqs.push_back(std::make_unique<BenchSequences>(model, pool, 1, row->depth + row->n_gen + 1, a.block_size,
+                                                      a.kv_types, key_centers));
       if (row->depth > 0) seqs.back()->step({random_tokens(rng, row->depth, n_vocab)}, a.ubatch);
     }
     std::vector<double> seconds(rows.size(), 0.0);  // [rows] decode time this repetition
@@ -240,6 +246,8 @@ int run_bench(BenchArgs& a) {
     auto model = load_model(path, true);
     if (!model || !kv_types_fit(*model, a.kv_types)) return 1;
     const HParams& hp = model->hparams();
+    const std::vector<float> key_centers =  // measured once per model, not per row
+        kv_type_quantized(a.kv_types.k) ? measure_key_centers(*model, pool) : std::vector<float>{};
     size_t file_bytes = 0, params = 0;
     for (const TensorView& t : model->file().tensors()) {
       file_bytes += t.n_bytes;
@@ -264,7 +272,7 @@ int run_bench(BenchArgs& a) {
       if (with_bandwidth && !probe) probe = std::make_unique<BandwidthProbe>();
       for (int rep = 0; rep <= a.repetitions; ++rep) {  // rep 0 warms up
         const int n_ctx = row.depth + std::max(row.n_prompt, row.n_gen) + 1;
-        BenchSequences seqs(*model, pool, row.n_seqs, n_ctx, a.block_size, a.kv_types);
+        BenchSequences seqs(*model, pool, row.n_seqs, n_ctx, a.block_size, a.kv_types, key_centers);
         if (row.depth > 0) {
           std::vector<std::vector<int32_t>> fill;
           for (int s = 0; s < row.n_seqs; ++s) fill.push_back(random_tokens(rng, row.depth, hp.n_vocab));
@@ -298,7 +306,7 @@ int run_bench(BenchArgs& a) {
         std::vector<Row*> same_gen;
         for (Row& row : rows)
           if (row.n_gen == ng && row.n_seqs == 1) same_gen.push_back(&row);
-        if (same_gen.size() > 1) measure_depths_interleaved(*model, pool, a, rng, same_gen);
+        if (same_gen.size() > 1) measure_depths_interleaved(*model, pool, a, rng, same_gen, key_centers);
       }
     for (Row& row : rows) {
       if (row.samples_ts.empty()) measure_row(row);

@@ -119,11 +119,12 @@ void KvLayerView::write_row(bool key, int32_t block, int kv_head, int offset, co
     }
     return;
   }
-  float rotated[kKvMaxRow];
-  if (kv_type_rotated(t)) {
-    std::copy_n(row, dim, rotated);
-    kv_rotate(rotated, dim, rotation_seed);
-    row = rotated;
+  float prepared[kKvMaxRow];  // [dim] the row centered and rotated as the type asks
+  const float* center = key ? key_center(kv_head) : nullptr;
+  if (center || kv_type_rotated(t)) {
+    for (int i = 0; i < dim; ++i) prepared[i] = center ? row[i] - center[i] : row[i];
+    if (kv_type_rotated(t)) kv_rotate(prepared, dim, rotation_seed);
+    row = prepared;
   }
   uint8_t* base = static_cast<uint8_t*>(key ? k : v) + (key ? k_page_offset(block, kv_head) : v_page_offset(block, kv_head));
   write_quantized(t, base, dim, key && k_transposed, block_size, offset, row);
@@ -147,6 +148,8 @@ void KvLayerView::read_row(bool key, int32_t block, int kv_head, int offset, flo
       static_cast<const uint8_t*>(key ? k : v) + (key ? k_page_offset(block, kv_head) : v_page_offset(block, kv_head));
   read_quantized(t, base, dim, key && k_transposed, block_size, offset, row);
   if (kv_type_rotated(t)) kv_unrotate(row, dim, rotation_seed);
+  if (const float* center = key ? key_center(kv_head) : nullptr)
+    for (int i = 0; i < dim; ++i) row[i] += center[i];
 }
 
 void KvLayerView::write_k(int32_t block, int kv_head, int offset, const float* row) const { write_row(true, block, kv_head, offset, row); }

@@ -29,6 +29,10 @@ namespace kestrel {
 //                        bits (value x at bit x)
 //   scales:              [groups][block_size] fp16, groups = dim / kv_group_size(dim)
 // Rotated types store R x (compute/kv_rotation.h, seed rotation_seed); read_k / read_v undo it.
+// Quantized K rows may be centered: with k_center set, a key row k is stored as k - k_center[kv_head] and
+// read_k adds the center back. Every key a query meets in one attention call then carries the same shift,
+// which moves all its scores by q . center, and softmax ignores that, so the page kernels read centered
+// codes as they are (see model/key_centers.h for why and where the centers come from).
 struct KvLayerView {
   void* k = nullptr;
   void* v = nullptr;
@@ -41,6 +45,7 @@ struct KvLayerView {
   int v_stride = 0;
   int32_t n_blocks = 0;  // pages per KV head: each head's pages lie together, in block-id order
   uint32_t rotation_seed = 0;
+  const float* k_center = nullptr;  // [n_kv_heads][k_dim] or null; used by quantized K types only
 
   bool v_in_k() const { return v == k; }
   KvType v_type() const { return v_in_k() ? types.k : types.v; }
@@ -66,6 +71,9 @@ struct KvLayerView {
  private:
   size_t page(int32_t block, int kv_head) const {
     return static_cast<size_t>(kv_head) * static_cast<size_t>(n_blocks) + static_cast<size_t>(block);
+  }
+  const float* key_center(int kv_head) const {
+    return k_center && kv_type_quantized(types.k) ? k_center + static_cast<size_t>(kv_head) * k_dim : nullptr;
   }
   void write_row(bool key, int32_t block, int kv_head, int offset, const float* row) const;
   void read_row(bool key, int32_t block, int kv_head, int offset, float* row) const;

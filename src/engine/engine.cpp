@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "engine/model_drafter.h"
+#include "model/key_centers.h"
 #include "spec/ngram_drafter.h"
 #include "spec/verify.h"
 
@@ -41,7 +42,9 @@ Engine::Engine(const Model& model, ThreadPool& pool, const EngineConfig& config,
                                                       config.kv_types, config.scheduler.max_batch_tokens)
                      : nullptr),
       speculative_(draft != nullptr || config.spec.ngram > 0),
-      spec_control_(config.spec.max_batch, config.spec.measured) {}
+      spec_control_(config.spec.max_batch, config.spec.measured) {
+  center_keys(kv_, model, pool);
+}
 
 Engine::~Engine() = default;
 

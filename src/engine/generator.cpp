@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/timer.h"
+#include "model/key_centers.h"
 
 namespace kestrel {
 namespace {
@@ -15,7 +16,9 @@ Generator::Generator(const Model& model, ThreadPool& pool, const GeneratorConfig
       config_(config),
       pages_(blocks_for(config.n_ctx, config.block_size), config.block_size, false),
       kv_(model.kv_spec(blocks_for(config.n_ctx, config.block_size), config.block_size, config.kv_types)),
-      runner_(model, pool, kv_) {}
+      runner_(model, pool, kv_) {
+  center_keys(kv_, model, pool);
+}
 
 void Generator::reset() {
   pages_.free(kSeq, {}, 0);

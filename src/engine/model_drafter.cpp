@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "model/key_centers.h"
+
 namespace kestrel {
 
 ModelDrafter::ModelDrafter(const Model& draft, ThreadPool& pool, int32_t n_blocks, int32_t block_size, KvTypes kv_types,
@@ -11,7 +13,9 @@ ModelDrafter::ModelDrafter(const Model& draft, ThreadPool& pool, int32_t n_block
       max_batch_tokens_(std::max(1, max_batch_tokens)),
       pages_(n_blocks, block_size, false),
       kv_(draft.kv_spec(n_blocks, block_size, kv_types)),
-      runner_(draft, pool, kv_) {}
+      runner_(draft, pool, kv_) {
+  center_keys(kv_, draft, pool);
+}
 
 void ModelDrafter::forget(int64_t seq_id) {
   if (pages_.has(seq_id)) pages_.free(seq_id, {}, 0);

@@ -36,6 +36,14 @@ void KvStorage::copy_block(int32_t src, int32_t dst) {
   }
 }
 
+void KvStorage::set_key_centers(std::vector<float> centers) {
+  const size_t want = static_cast<size_t>(spec_.n_layers) * spec_.n_kv_heads * spec_.k_dim;
+  if (!centers.empty() && centers.size() != want)
+    throw std::invalid_argument("key centers: " + std::to_string(centers.size()) + " values for a cache of " +
+                                std::to_string(want));
+  key_centers_ = std::move(centers);
+}
+
 KvLayerView KvStorage::layer(int il) {
   KvLayerView view;
   view.k = k_.get() + spec_.bytes_per_layer_k() * il;
@@ -49,6 +57,8 @@ KvLayerView KvStorage::layer(int il) {
   view.v_dim = spec_.v_dim;
   view.v_stride = spec_.v_in_k ? spec_.k_dim : spec_.v_dim;
   view.rotation_seed = kv_rotation_seed(il);
+  if (!key_centers_.empty())
+    view.k_center = key_centers_.data() + static_cast<size_t>(il) * spec_.n_kv_heads * spec_.k_dim;
   return view;
 }
 

@@ -43,12 +43,18 @@ class KvStorage {
   // Copies every position of page src into page dst, in every layer and KV head (copy-on-write, and
   // prefix-cache hits that end inside a page).
   void copy_block(int32_t src, int32_t dst);
+  // Centers subtracted from keys before a quantized K type stores them ([n_layers][n_kv_heads][k_dim];
+  // empty: none; see KvLayerView::k_center). Set them before the first write: pages written with other
+  // centers would decode wrongly. Throws std::invalid_argument on a wrong size.
+  void set_key_centers(std::vector<float> centers);
+  bool keys_centered() const { return !key_centers_.empty(); }
 
  private:
   KvCacheSpec spec_;
   // Huge-page backed (core/large_buffer.h): every decode step streams a sequence's pages of every layer.
   std::shared_ptr<uint8_t[]> k_;  // [n_layers][n_kv_heads][n_blocks][page of K]
   std::shared_ptr<uint8_t[]> v_;  // [n_layers][n_kv_heads][n_blocks][page of V]; unused when v_in_k
+  std::vector<float> key_centers_;  // [n_layers][n_kv_heads][k_dim] or empty
 };
 
 }  // namespace kestrel
