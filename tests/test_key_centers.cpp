@@ -43,12 +43,19 @@ double squared_distance(const std::vector<float>& a, const std::vector<float>& b
   return d;
 }
 
-TEST(KeyCenters, BringQuantizedKeysOfARealModelCloser) {
-  KESTREL_REQUIRE_SHARED(shared);
+// stories260K (a real model) and a pool; skipped without ../shared.
+class KeyCenters : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    KESTREL_REQUIRE_SHARED(shared);
+    test::load_stories(shared, model, tokenizer);
+  }
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
-  test::load_stories(shared, model, tokenizer);
-  ThreadPool pool(2);
+  ThreadPool pool{2};
+};
+
+TEST_F(KeyCenters, BringQuantizedKeysOfARealModelCloser) {
   const HParams& hp = model->hparams();
   const std::vector<float> centers = measure_key_centers(*model, pool);
   ASSERT_EQ(centers.size(), static_cast<size_t>(hp.n_layers) * hp.n_kv_heads * hp.head_dim);
@@ -77,12 +84,7 @@ TEST(KeyCenters, BringQuantizedKeysOfARealModelCloser) {
   }
 }
 
-TEST(KeyCenters, OnlyQuantizedKeysOfSeparateKeyCachesAreCentered) {
-  KESTREL_REQUIRE_SHARED(shared);
-  std::unique_ptr<Model> model;
-  std::unique_ptr<Tokenizer> tokenizer;
-  test::load_stories(shared, model, tokenizer);
-  ThreadPool pool(2);
+TEST_F(KeyCenters, OnlyQuantizedKeysOfSeparateKeyCachesAreCentered) {
   KvStorage f16(model->kv_spec(4, 16, KvType::F16)), q8_v(model->kv_spec(4, 16, {KvType::F16, KvType::Q8_0}));
   KvStorage q4(model->kv_spec(4, 16, {KvType::Q4_0, KvType::F16}));
   center_keys(f16, *model, pool);
