@@ -83,6 +83,26 @@ TEST(Cli, MakeModelInfoTokenizeGenerateLogits) {
   std::filesystem::remove(logits);
 }
 
+// kestrel quantize: a summary line per tensor and totals; the file it writes runs; bad arguments are named.
+TEST(Cli, QuantizeWritesARunnableModel) {
+  const std::string source = test::temp_path("cli-f32.gguf"), quantized = test::temp_path("cli-q4.gguf");
+  std::string out;
+  ASSERT_EQ(test::run_command(kestrel_cmd("make-model -o " + source + " --layers 2 2>&1"), out), 0) << out;
+  ASSERT_EQ(test::run_command(kestrel_cmd("quantize " + source + " " + quantized + " q4_k_m -t 2 2>&1"), out), 0) << out;
+  EXPECT_NE(out.find("blk.1.ffn_down.weight"), std::string::npos) << out;
+  EXPECT_NE(out.find("F32 -> Q6_K"), std::string::npos) << out;
+  EXPECT_NE(out.find("bits per converted weight"), std::string::npos) << out;
+  ASSERT_EQ(test::run_command(kestrel_cmd("generate -m " + quantized + " -p 'hello' -n 4 -t 2 2>/dev/null"), out), 0);
+  EXPECT_EQ(out.rfind("hello", 0), 0u);
+  EXPECT_NE(test::run_command(kestrel_cmd("quantize " + source + " " + quantized + " q9_9 2>&1"), out), 0);
+  EXPECT_NE(out.find("Q4_K_M"), std::string::npos) << out;  // the known names
+  EXPECT_NE(test::run_command(kestrel_cmd("quantize " + quantized + " " + source + ".2 q8_0 2>&1"), out), 0);
+  EXPECT_NE(out.find("already"), std::string::npos) << out;
+  EXPECT_NE(test::run_command(kestrel_cmd("quantize " + source + " " + source + " q8_0 2>&1"), out), 0);
+  std::filesystem::remove(source);
+  std::filesystem::remove(quantized);
+}
+
 // kestrel bench: llama-bench's JSON fields, one row per test, decode rows with their bandwidth ceiling.
 TEST(Cli, BenchReportsLlamaBenchRows) {
   const std::string model = test::temp_path("bench.gguf");

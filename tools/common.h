@@ -20,6 +20,7 @@ void add_make_model(CLI::App& app, Action& run);
 void add_bench(CLI::App& app, Action& run);
 void add_serve(CLI::App& app, Action& run);
 void add_perplexity(CLI::App& app, Action& run);
+void add_quantize(CLI::App& app, Action& run);
 // `kestrel bench serve`, a subcommand of bench.
 CLI::App* add_bench_serve(CLI::App& bench, Action& run);
 

@@ -354,6 +354,44 @@ void GgufWriter::set_i32_array(const std::string& key, const std::vector<int32_t
   set_raw(key, std::move(e));
 }
 
+namespace {
+// One numeric scalar of type t; integers from `integer` (or `number` inside arrays), floats from `number`.
+void put_number(std::vector<uint8_t>& e, GgufValueType t, int64_t integer, double number) {
+  switch (t) {
+    case GgufValueType::UINT8: put<uint8_t>(e, static_cast<uint8_t>(integer)); break;
+    case GgufValueType::INT8: put<int8_t>(e, static_cast<int8_t>(integer)); break;
+    case GgufValueType::BOOL: put<uint8_t>(e, integer ? 1 : 0); break;
+    case GgufValueType::UINT16: put<uint16_t>(e, static_cast<uint16_t>(integer)); break;
+    case GgufValueType::INT16: put<int16_t>(e, static_cast<int16_t>(integer)); break;
+    case GgufValueType::UINT32: put<uint32_t>(e, static_cast<uint32_t>(integer)); break;
+    case GgufValueType::INT32: put<int32_t>(e, static_cast<int32_t>(integer)); break;
+    case GgufValueType::UINT64: put<uint64_t>(e, static_cast<uint64_t>(integer)); break;
+    case GgufValueType::INT64: put<int64_t>(e, integer); break;
+    case GgufValueType::FLOAT32: put<float>(e, static_cast<float>(number)); break;
+    case GgufValueType::FLOAT64: put<double>(e, number); break;
+    default: break;  // STRING and ARRAY are not scalars
+  }
+}
+}  // namespace
+
+void GgufWriter::set_value(const std::string& key, const GgufValue& v) {
+  std::vector<uint8_t> e;
+  put<uint32_t>(e, static_cast<uint32_t>(v.type));
+  if (v.type == GgufValueType::STRING) {
+    put_string(e, v.text);
+  } else if (v.type == GgufValueType::ARRAY) {
+    put<uint32_t>(e, static_cast<uint32_t>(v.array_type));
+    put<uint64_t>(e, v.array_size());
+    if (v.array_type == GgufValueType::STRING)
+      for (const auto& s : v.strings) put_string(e, s);
+    else
+      for (double x : v.numbers) put_number(e, v.array_type, static_cast<int64_t>(x), x);
+  } else {
+    put_number(e, v.type, v.integer, v.number);
+  }
+  set_raw(key, std::move(e));
+}
+
 size_t GgufWriter::add_tensor(const std::string& name, DType type, const std::vector<int64_t>& dims) {
   tensors_.push_back({name, type, dims});
   return tensors_.size() - 1;

@@ -87,6 +87,8 @@ class GgufWriter {
   void set_string_array(const std::string& key, const std::vector<std::string>& v);
   void set_f32_array(const std::string& key, const std::vector<float>& v);
   void set_i32_array(const std::string& key, const std::vector<int32_t>& v);
+  // Any value as a reader returned it, in its own value and element types (copying a file's metadata).
+  void set_value(const std::string& key, const GgufValue& v);
 
   // dims are ggml order (innermost first). Returns the tensor's index.
   size_t add_tensor(const std::string& name, DType type, const std::vector<int64_t>& dims);

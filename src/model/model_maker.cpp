@@ -10,6 +10,7 @@
 #include "io/gguf.h"
 #include "model/arch.h"
 #include "quant/quantize.h"
+#include "quant/recipe.h"
 
 namespace kestrel {
 namespace {
@@ -117,9 +118,12 @@ Status make_model(const MakeModelOptions& options, const std::string& path,
   if (s.n_expert > 0 && (!arch->moe || s.n_expert_used < 1 || s.n_expert_used > s.n_expert))
     return Error{"make-model: experts need an MoE-capable architecture and 1 <= n_expert_used <= n_expert"};
 
+  // q4_k_m mixes types by llama.cpp's rules; every other type is "pure" (all matrices of that type).
   const bool mixed = options.weight_type == "q4_k_m" || options.weight_type == "Q4_K_M";
   const auto base = mixed ? std::optional<DType>(DType::Q4_K) : dtype_from_name(options.weight_type);
   if (!base) return Error{"make-model: unknown weight type '" + options.weight_type + "'"};
+  const QuantScheme scheme = mixed ? *find_quant_scheme("Q4_K_M") : QuantScheme{options.weight_type, *base, false, 0};
+  const QuantModelFacts facts{s.n_layers, s.n_expert, !s.tied_output};
   const int64_t E = s.n_embd, hd = s.n_embd / s.n_heads, Dkv = hd * s.n_kv_heads, F = s.n_ff, V = s.n_vocab;
   // Latent attention (deepseek2) geometry: per head nope + rope query dims, a shared latent of kv_lora.
   const int64_t rope = std::min<int64_t>(16, hd / 2), nope = hd - rope, kv_lora = std::max<int64_t>(32, E / 4),
@@ -127,36 +131,28 @@ Status make_model(const MakeModelOptions& options, const std::string& path,
   const bool mla = arch->latent_attention;
   const int dense_lead = (mla && s.n_expert > 0) ? 1 : 0;
   const int n_shared = mla && s.n_expert > 0 ? 1 : 0;
-  // Q4_K_M as llama.cpp mixes it: Q6_K for the output matrix, and for attn_v / ffn_down in the first and
-  // last eighth of the layers and every third layer between.
-  int layer = 0;  // the layer whose tensors are being planned
-  auto more_bits = [&] {
-    const int n = s.n_layers;
-    return layer < n / 8 || layer >= 7 * n / 8 || (layer - n / 8) % 3 == 2;
-  };
-  auto matrix_type = [&](const std::string& role, int64_t n_in) {
-    const bool q6 = mixed && (role == "output" || ((role == "attn_v" || role == "ffn_down") && more_bits()));
-    const DType t = q6 ? DType::Q6_K : *base;
-    return n_in % dtype_traits(t).block_elems == 0 ? t : DType::F32;
-  };
   std::vector<TensorPlan> plan;
-  plan.push_back({"token_embd.weight", {E, V}, matrix_type("token_embd", E), false});
+  // A matrix's type by the scheme's rules (quant/recipe.h), given its name and dims (row length first).
+  const auto matrix = [&](const std::string& name, std::vector<int64_t> dims, float scale = 1.0f) {
+    const DType t = quant_tensor_type(scheme, !mixed, name, dims, facts).value_or(DType::F32);
+    plan.push_back({name, std::move(dims), t, false, scale});
+  };
+  matrix("token_embd.weight", {E, V});
   for (int il = 0; il < s.n_layers; ++il) {
-    layer = il;
     const std::string p = "blk." + std::to_string(il) + ".";
     plan.push_back({p + "attn_norm.weight", {E}, DType::F32, true});
     if (mla) {
-      plan.push_back({p + "attn_q_a.weight", {E, q_lora}, matrix_type("attn_q", E), false});
+      matrix(p + "attn_q_a.weight", {E, q_lora});
       plan.push_back({p + "attn_q_a_norm.weight", {q_lora}, DType::F32, true});
-      plan.push_back({p + "attn_q_b.weight", {q_lora, H * hd}, matrix_type("attn_q", q_lora), false});
-      plan.push_back({p + "attn_kv_a_mqa.weight", {E, kv_lora + rope}, matrix_type("attn_k", E), false});
+      matrix(p + "attn_q_b.weight", {q_lora, H * hd});
+      matrix(p + "attn_kv_a_mqa.weight", {E, kv_lora + rope});
       plan.push_back({p + "attn_kv_a_norm.weight", {kv_lora}, DType::F32, true});
-      plan.push_back({p + "attn_k_b.weight", {nope, kv_lora, H}, matrix_type("attn_k", nope), false});
-      plan.push_back({p + "attn_v_b.weight", {kv_lora, nope, H}, matrix_type("attn_v", kv_lora), false});
+      matrix(p + "attn_k_b.weight", {nope, kv_lora, H});
+      matrix(p + "attn_v_b.weight", {kv_lora, nope, H});
     } else {
-      plan.push_back({p + "attn_q.weight", {E, E}, matrix_type("attn_q", E), false});
-      plan.push_back({p + "attn_k.weight", {E, Dkv}, matrix_type("attn_k", E), false});
-      plan.push_back({p + "attn_v.weight", {E, Dkv}, matrix_type("attn_v", E), false});
+      matrix(p + "attn_q.weight", {E, E});
+      matrix(p + "attn_k.weight", {E, Dkv});
+      matrix(p + "attn_v.weight", {E, Dkv});
     }
     if (arch->qkv_bias) {
       plan.push_back({p + "attn_q.bias", {E}, DType::F32, false});
@@ -170,26 +166,26 @@ Status make_model(const MakeModelOptions& options, const std::string& path,
     const int64_t Dv = mla ? H * nope : E;
     // Layers past a draft's are perturbations: their outputs into the residual stream are scaled down.
     const float out_scale = options.perturb_from_layer >= 0 && il >= options.perturb_from_layer ? options.perturb_scale : 1.0f;
-    plan.push_back({p + "attn_output.weight", {Dv, E}, matrix_type("attn_output", Dv), false, out_scale});
+    matrix(p + "attn_output.weight", {Dv, E}, out_scale);
     plan.push_back({p + "ffn_norm.weight", {E}, DType::F32, true});
     if (s.n_expert > 0 && il >= dense_lead) {
       plan.push_back({p + "ffn_gate_inp.weight", {E, s.n_expert}, DType::F32, false});
       if (n_shared > 0) {
-        plan.push_back({p + "ffn_gate_shexp.weight", {E, F}, matrix_type("ffn_gate", E), false});
-        plan.push_back({p + "ffn_up_shexp.weight", {E, F}, matrix_type("ffn_up", E), false});
-        plan.push_back({p + "ffn_down_shexp.weight", {F, E}, matrix_type("ffn_down", F), false, out_scale});
+        matrix(p + "ffn_gate_shexp.weight", {E, F});
+        matrix(p + "ffn_up_shexp.weight", {E, F});
+        matrix(p + "ffn_down_shexp.weight", {F, E}, out_scale);
       }
-      plan.push_back({p + "ffn_gate_exps.weight", {E, F, s.n_expert}, matrix_type("ffn_gate", E), false});
-      plan.push_back({p + "ffn_up_exps.weight", {E, F, s.n_expert}, matrix_type("ffn_up", E), false});
-      plan.push_back({p + "ffn_down_exps.weight", {F, E, s.n_expert}, matrix_type("ffn_down", F), false, out_scale});
+      matrix(p + "ffn_gate_exps.weight", {E, F, s.n_expert});
+      matrix(p + "ffn_up_exps.weight", {E, F, s.n_expert});
+      matrix(p + "ffn_down_exps.weight", {F, E, s.n_expert}, out_scale);
     } else {
-      plan.push_back({p + "ffn_gate.weight", {E, F}, matrix_type("ffn_gate", E), false});
-      plan.push_back({p + "ffn_up.weight", {E, F}, matrix_type("ffn_up", E), false});
-      plan.push_back({p + "ffn_down.weight", {F, E}, matrix_type("ffn_down", F), false, out_scale});
+      matrix(p + "ffn_gate.weight", {E, F});
+      matrix(p + "ffn_up.weight", {E, F});
+      matrix(p + "ffn_down.weight", {F, E}, out_scale);
     }
   }
   plan.push_back({"output_norm.weight", {E}, DType::F32, true});
-  if (!s.tied_output) plan.push_back({"output.weight", {E, V}, matrix_type("output", E), false});
+  if (!s.tied_output) matrix("output.weight", {E, V});
 
   GgufWriter w;
   const std::string a = s.arch + ".";

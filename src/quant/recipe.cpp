@@ -1,0 +1,91 @@
+#include "quant/recipe.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+
+namespace kestrel {
+namespace {
+
+// llama.cpp's llama_ftype ids for general.file_type.
+constexpr uint32_t kFileF32 = 0, kFileF16 = 1, kFileQ4_0 = 2, kFileQ8_0 = 7, kFileQ4_K_M = 15, kFileQ6_K = 18,
+                   kFileBF16 = 32;
+
+const std::array<QuantScheme, 7> kSchemes = {{
+    {"F32", DType::F32, false, kFileF32},
+    {"F16", DType::F16, false, kFileF16},
+    {"BF16", DType::BF16, false, kFileBF16},
+    {"Q8_0", DType::Q8_0, false, kFileQ8_0},
+    {"Q4_0", DType::Q4_0, false, kFileQ4_0},
+    {"Q4_K_M", DType::Q4_K, true, kFileQ4_K_M},
+    {"Q6_K", DType::Q6_K, false, kFileQ6_K},
+}};
+
+bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+
+// blk.N.* -> N, else -1.
+int layer_of(const std::string& name) {
+  if (name.rfind("blk.", 0) != 0) return -1;
+  int n = 0;
+  size_t i = 4;
+  if (i >= name.size() || !std::isdigit(static_cast<unsigned char>(name[i]))) return -1;
+  for (; i < name.size() && std::isdigit(static_cast<unsigned char>(name[i])); ++i) n = n * 10 + (name[i] - '0');
+  return i < name.size() && name[i] == '.' ? n : -1;
+}
+
+bool contains(const std::string& s, std::string_view part) { return s.find(part) != std::string::npos; }
+
+// llama.cpp's use_more_bits: the first and last eighth of the layers, and every third layer between.
+bool more_bits(int layer, int n_layers) {
+  return layer < n_layers / 8 || layer >= 7 * n_layers / 8 || (layer - n_layers / 8) % 3 == 2;
+}
+
+// The type itself when rows of n split into its blocks, else the fallback llama.cpp would take among
+// the types kestrel has.
+DType fit_rows(DType t, int64_t n) {
+  if (n % dtype_traits(t).block_elems == 0) return t;
+  if (n % dtype_traits(DType::Q8_0).block_elems == 0 && dtype_traits(t).block_elems > 32) return DType::Q8_0;
+  return DType::F16;
+}
+
+}  // namespace
+
+std::optional<QuantScheme> find_quant_scheme(std::string_view name) {
+  std::string upper(name);
+  std::transform(upper.begin(), upper.end(), upper.begin(), [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+  if (upper == "Q4_K") upper = "Q4_K_M";  // llama-quantize's alias
+  for (const QuantScheme& s : kSchemes)
+    if (upper == s.name) return s;
+  return std::nullopt;
+}
+
+std::string quant_scheme_names() {
+  std::string names;
+  for (const QuantScheme& s : kSchemes) names += (names.empty() ? "" : ", ") + s.name;
+  return names;
+}
+
+std::optional<DType> quant_tensor_type(const QuantScheme& scheme, bool pure, const std::string& name,
+                                       const std::vector<int64_t>& dims, const QuantModelFacts& facts) {
+  const bool weight = name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0;
+  if (!weight || dims.size() < 2 || contains(name, "ffn_gate_inp") || contains(name, "_norm")) return std::nullopt;
+  const int64_t row = dims[0];
+  DType t = scheme.base;
+  if (!pure && !is_float(scheme.base)) {
+    const bool output = name == "output.weight" || (!facts.has_output && name == "token_embd.weight");
+    const int layer = layer_of(name);
+    if (output) {
+      t = row % 256 != 0 || scheme.base == DType::Q8_0 ? DType::Q8_0 : DType::Q6_K;
+    } else if (contains(name, "attn_v.weight")) {
+      if (scheme.q4_k_m && more_bits(layer, facts.n_layers)) t = DType::Q6_K;
+      if (facts.n_expert == 8) t = DType::Q8_0;  // "trades just ~128MB" for 8-expert models
+    } else if (contains(name, "attn_k.weight")) {
+      if (facts.n_expert == 8) t = DType::Q8_0;
+    } else if (contains(name, "ffn_down")) {
+      if (scheme.q4_k_m && more_bits(layer, facts.n_layers)) t = DType::Q6_K;
+    }
+  }
+  return fit_rows(t, row);
+}
+
+}  // namespace kestrel

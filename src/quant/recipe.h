@@ -1,0 +1,51 @@
+// Which type each tensor of a model gets when it is quantized to a named scheme ("Q4_K_M", "Q8_0", ...):
+// llama.cpp's rules (llama-quant.cpp), so files written by `kestrel quantize` hold the tensor types a
+// llama.cpp user expects of that name.
+//
+// - Quantized: 2-D and 3-D tensors named *.weight, except the MoE router (ffn_gate_inp) and normalisation
+//   weights; everything else is copied as it is.
+// - The output matrix (or token_embd when the model ties it as the output) gets Q6_K unless the scheme's
+//   base is Q8_0 or a float type (Q8_0 when its rows are not a multiple of 256).
+// - Q4_K_M: attn_v and ffn_down get Q6_K in the first and last eighth of the layers and every third layer
+//   between ("use_more_bits"). Models with 8 experts get Q8_0 for attn_k and attn_v.
+// - A tensor whose rows do not split into the chosen type's blocks falls back: K-quants to Q8_0 (llama.cpp
+//   takes Q5_0 for Q4_K, a type kestrel does not have yet), 32-blocks to F16.
+// - Not followed yet, for want of the types: llama.cpp's Q5_K for attn_output of 8-expert Q4_K_M models
+//   (kept Q4_K here), and the bump of 70B-class GQA models' attn_v.
+// - pure (llama.cpp's --pure): every quantized tensor gets the base type (fallbacks still apply).
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace kestrel {
+
+struct QuantScheme {
+  std::string name;     // as users write it: "Q4_K_M"
+  DType base;           // the type most tensors get
+  bool q4_k_m = false;  // Q4_K_M's extra bits for attn_v / ffn_down
+  uint32_t file_type;   // GGUF general.file_type (llama.cpp's llama_ftype)
+};
+
+// The scheme for a name (case-insensitive: q8_0, Q4_0, Q4_K, Q4_K_M, Q6_K, F16, BF16, F32), or nullopt.
+std::optional<QuantScheme> find_quant_scheme(std::string_view name);
+// Every name find_quant_scheme accepts, for help and error messages: "Q8_0, Q4_0, ...".
+std::string quant_scheme_names();
+
+// What the rules need to know about the model as a whole.
+struct QuantModelFacts {
+  int n_layers = 0;
+  int n_expert = 0;
+  bool has_output = true;  // false: token_embd doubles as the output matrix
+};
+
+// The type tensor `name` with dims (ggml order: dims[0] is the row length) is written in; nullopt when it
+// is copied unchanged.
+std::optional<DType> quant_tensor_type(const QuantScheme& scheme, bool pure, const std::string& name,
+                                       const std::vector<int64_t>& dims, const QuantModelFacts& facts);
+
+}  // namespace kestrel
