@@ -1,24 +1,72 @@
 // kestrel quantize: write a model quantized to a scheme with llama.cpp's per-tensor rules, from an F32, F16
 // or BF16 GGUF file (model/model_quantizer.h).
 //
-//   kestrel quantize IN.gguf OUT.gguf TYPE [--pure] [-t N]
+//   kestrel quantize IN.gguf OUT.gguf TYPE [--pure] [-t N] [--calib TEXT [--method imatrix] [-c 512]
+//                    [--calib-chunks N]]
 //
-// Prints a progress bar on a terminal, then a line per tensor (shape, types, sizes, relative RMS error of
+// --method rtn (the default without --calib) rounds each block to nearest; imatrix (the default with
+// --calib) first runs the model over the calibration text to measure each matrix's input channels
+// (model/calibration.h) and fits every block to the importance-weighted error.
+// Prints progress bars on a terminal, then a line per tensor (shape, types, sizes, relative RMS error of
 // the converted weights) and the totals.
 #include <cstdio>
 
 #include "common.h"
 #include "core/timer.h"
+#include "model/calibration.h"
 #include "model/model_quantizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace kestrel::cli {
+namespace {
+
+struct QuantizeArgs {
+  std::string input, output, type, calib_file, method;
+  bool pure = false;
+  int threads = default_threads();
+  int calib_ctx = 512, calib_chunks = 0;
+};
+
+// The importance matrix of the input model over the calibration text: whole chunks of calib_ctx tokens,
+// each starting with BOS where the model adds one (a text shorter than one chunk is one chunk).
+bool calibrate(const QuantizeArgs& a, ThreadPool& pool, ImportanceMatrix& out) {
+  std::string text;
+  if (!read_text_file(a.calib_file, text)) return false;
+  auto model = load_model(a.input, true);
+  if (!model) return false;
+  auto tokenizer = Tokenizer::from_gguf(model->file());
+  if (!tokenizer.ok() || !tokenizer->has_vocab()) {
+    std::fprintf(stderr, "error: %s\n", tokenizer.ok() ? "the model has no tokenizer vocabulary" : tokenizer.error().c_str());
+    return false;
+  }
+  const std::vector<int32_t> tokens = tokenizer->encode(text, true, false);
+  const int32_t bos = !tokens.empty() && tokens[0] == tokenizer->vocab().bos ? tokens[0] : -1;
+  std::vector<std::vector<int32_t>> chunks;
+  const size_t n = static_cast<size_t>(a.calib_ctx);
+  for (size_t at = 0; at + n <= tokens.size() || (chunks.empty() && at < tokens.size()); at += n) {
+    chunks.emplace_back(tokens.begin() + static_cast<std::ptrdiff_t>(at),
+                        tokens.begin() + static_cast<std::ptrdiff_t>(std::min(at + n, tokens.size())));
+    if (bos >= 0) chunks.back()[0] = bos;
+    if (a.calib_chunks > 0 && static_cast<int>(chunks.size()) == a.calib_chunks) break;
+  }
+  Timer timer;
+  auto measured = collect_importance(*model, pool, chunks, progress_bar("calibrating"));
+  if (!measured.ok()) {
+    std::fprintf(stderr, "error: %s\n", measured.error().c_str());
+    return false;
+  }
+  out = std::move(measured).value();
+  size_t n_tokens = 0;
+  for (const auto& c : chunks) n_tokens += c.size();
+  std::fprintf(stderr, "calibration: %zu chunks, %zu tokens, %zu matrices measured in %.1f s\n", chunks.size(), n_tokens,
+               out.tensors.size(), timer.elapsed_s());
+  return true;
+}
+
+}  // namespace
 
 void add_quantize(CLI::App& app, Action& run) {
-  struct Args {
-    std::string input, output, type;
-    bool pure = false;
-    int threads = default_threads();
-  };
+  using Args = QuantizeArgs;
   auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("quantize", "Quantize a model (llama.cpp's type names and per-tensor rules)");
   cmd->add_option("input", a->input, "Input GGUF (F32, F16 or BF16 weights)")->required();
@@ -26,6 +74,11 @@ void add_quantize(CLI::App& app, Action& run) {
   cmd->add_option("type", a->type, "Scheme: " + quant_scheme_names())->required();
   cmd->add_flag("--pure", a->pure, "Every quantized tensor of the scheme's base type (no per-tensor rules)");
   cmd->add_option("-t,--threads", a->threads, "Threads")->check(CLI::Range(1, 1024));
+  cmd->add_option("--calib", a->calib_file, "Calibration text (plain text, tokenized by the model)");
+  cmd->add_option("--method", a->method, "rtn (round to nearest) or imatrix (importance-weighted, needs --calib)")
+      ->check(CLI::IsMember({"rtn", "imatrix"}));
+  cmd->add_option("-c,--calib-ctx", a->calib_ctx, "Tokens per calibration chunk")->check(CLI::Range(8, 1 << 20));
+  cmd->add_option("--calib-chunks", a->calib_chunks, "Use at most this many chunks (0: all)")->check(CLI::Range(0, 1 << 20));
   cmd->callback([&run, a] {
     run = [a] {
       const auto scheme = find_quant_scheme(a->type);
@@ -37,9 +90,17 @@ void add_quantize(CLI::App& app, Action& run) {
         std::fprintf(stderr, "error: the output would overwrite the input\n");
         return 1;
       }
+      const std::string method = !a->method.empty() ? a->method : a->calib_file.empty() ? "rtn" : "imatrix";
+      if (method == "imatrix" && a->calib_file.empty()) {
+        std::fprintf(stderr, "error: --method imatrix needs --calib TEXT\n");
+        return 1;
+      }
       ThreadPool pool(a->threads);
       Timer timer;
-      auto report = quantize_model({a->input, a->output, *scheme, a->pure}, pool, progress_bar("quantizing"));
+      ImportanceMatrix importance;
+      if (method == "imatrix" && !calibrate(*a, pool, importance)) return 1;
+      auto report = quantize_model({a->input, a->output, *scheme, a->pure, method == "imatrix" ? &importance : nullptr},
+                                   pool, progress_bar("quantizing"));
       if (!report.ok()) {
         std::fprintf(stderr, "error: %s\n", report.error().c_str());
         return 1;
@@ -50,7 +111,7 @@ void add_quantize(CLI::App& app, Action& run) {
         const TensorQuantReport& t = r.tensors[i];
         std::printf("[%4zu/%4zu] %-36s %-20s %5s -> %-5s %9.2f MiB -> %8.2f MiB", i + 1, r.tensors.size(), t.name.c_str(),
                     t.shape.c_str(), dtype_name(t.from), dtype_name(t.to), t.bytes_in / kMiB, t.bytes_out / kMiB);
-        if (t.converted) std::printf("  rel. error %.4f", t.rel_error);
+        if (t.converted) std::printf("  rel. error %.4f%s", t.rel_error, t.weighted ? " (imatrix)" : "");
         std::printf("\n");
       }
       std::printf("%s: %.2f MiB -> %.2f MiB of tensors, %.2f bits per converted weight, %.1f s\n", scheme->name.c_str(),

@@ -3,11 +3,40 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <span>
 #include <vector>
+
+#include "model/activation_observer.h"
 
 namespace kestrel::layers {
 namespace {
 const float* floats(const TensorView* t) { return t ? reinterpret_cast<const float*>(t->data) : nullptr; }
+
+// The calibration hook (ws.observer): x [n_tok, w.n_in] as w is about to multiply it.
+void observe(ForwardWorkspace& ws, const WeightMatrix& w, const float* x, int n_tok) {
+  if (ws.observer) ws.observer->observe(w, x, n_tok);
+}
+
+// The same for matrices sharing one input whose norm the GEMM folds in: the rows after the norm.
+void observe(ForwardWorkspace& ws, std::span<const WeightMatrix> ms, const ops::MatmulInput& in, int n_tok) {
+  if (!ws.observer || ms.empty()) return;
+  const int n_in = static_cast<int>(ms[0].n_in);
+  std::vector<float> normed;  // [n_tok, n_in]
+  const float* x = in.x;
+  if (in.norm_weight) {
+    normed.resize(static_cast<size_t>(n_tok) * n_in);
+    ops::rmsnorm(in.x, in.norm_weight, normed.data(), n_tok, n_in, in.norm_eps);
+    x = normed.data();
+  }
+  for (const WeightMatrix& w : ms) ws.observer->observe(w, x, n_tok);
+}
+
+// matmul, seen by the calibration hook first.
+void matmul(ThreadPool& pool, ForwardWorkspace& ws, const WeightMatrix& w, const float* x, float* y, int n_tok,
+            ops::Accumulate accumulate = ops::Accumulate::No) {
+  observe(ws, w, x, n_tok);
+  ops::matmul(pool, w, x, y, n_tok, accumulate);
+}
 }  // namespace
 
 void attention(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const ArchTraits& arch, const LayerWeights& L,
@@ -23,6 +52,7 @@ void attention(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, con
   float* attn = ws.get(Buffer::AttnOut, rows_q);  // [n_tok, n_heads, head_dim]
   const WeightMatrix qkv[] = {pw.matrix(*L.wq), pw.matrix(*L.wk), pw.matrix(*L.wv)};
   float* const qkv_out[] = {q, k, v};
+  observe(ws, qkv, in, n_tok);
   ops::matmul_many(pool, qkv, in, qkv_out, n_tok);
   if (L.bq) {
     ops::add_bias(q, floats(L.bq), n_tok, Dq);
@@ -37,27 +67,27 @@ void attention(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, con
   const AttentionRows rows{batch.positions, batch.block_tables};
   const ops::KvWrite write{k, v, &rope, arch.rope_style};  // K rotated as it is written
   ops::attention_paged(pool, q, kv, rows, attn, n_tok, hp.n_heads, 1.0f / std::sqrt(float(hd)), &write);
-  ops::matmul(pool, pw.matrix(*L.wo), attn, out, n_tok, ops::Accumulate::Yes);
+  matmul(pool, ws, pw.matrix(*L.wo), attn, out, n_tok, ops::Accumulate::Yes);
 }
 
 void attention_mla(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const ArchTraits& arch, const LayerWeights& L,
                    const ops::RopeTable& rope_table, const ModelInput& batch, const KvLayerView& kv, const float* h,
-                   float* out) {
+                   float* out, ForwardWorkspace& ws) {
   const int n_tok = batch.n_tokens(), H = hp.n_heads, hd = hp.head_dim, rope = hp.n_rot, nope = hd - rope;
   const int R = hp.kv_lora_rank, Dc = R + rope, Dv = hp.head_dim_v;
   // Queries [n_tok, H, nope + rope], from the full-rank or the low-rank (q_a -> norm -> q_b) projection.
   std::vector<float> q(static_cast<size_t>(n_tok) * H * hd);
   if (L.wq_a) {
     std::vector<float> qa(static_cast<size_t>(n_tok) * hp.q_lora_rank);  // [n_tok, q_lora_rank]
-    ops::matmul(pool, pw.matrix(*L.wq_a), h, qa.data(), n_tok);
+    matmul(pool, ws, pw.matrix(*L.wq_a), h, qa.data(), n_tok);
     ops::rmsnorm(qa.data(), floats(L.q_a_norm), qa.data(), n_tok, hp.q_lora_rank, hp.rms_eps);
-    ops::matmul(pool, pw.matrix(*L.wq_b), qa.data(), q.data(), n_tok);
+    matmul(pool, ws, pw.matrix(*L.wq_b), qa.data(), q.data(), n_tok);
   } else {
-    ops::matmul(pool, pw.matrix(*L.wq), h, q.data(), n_tok);
+    matmul(pool, ws, pw.matrix(*L.wq), h, q.data(), n_tok);
   }
   // Cache rows [n_tok, R + rope]: normalised latent, then the RoPE'd shared key.
   std::vector<float> latent(static_cast<size_t>(n_tok) * Dc);
-  ops::matmul(pool, pw.matrix(*L.wkv_a), h, latent.data(), n_tok);
+  matmul(pool, ws, pw.matrix(*L.wkv_a), h, latent.data(), n_tok);
   std::vector<float> k_pe(static_cast<size_t>(n_tok) * rope);      // [n_tok, 1, rope]
   std::vector<float> q_pe(static_cast<size_t>(n_tok) * H * rope);  // [n_tok, H, rope]
   std::vector<float> q_nope(static_cast<size_t>(n_tok) * nope);    // [n_tok, nope] of one head
@@ -80,7 +110,7 @@ void attention_mla(ThreadPool& pool, const PackedWeights& pw, const HParams& hp,
   for (int hh = 0; hh < H; ++hh) {
     for (int t = 0; t < n_tok; ++t)
       std::copy_n(q.data() + (static_cast<size_t>(t) * H + hh) * hd, nope, q_nope.data() + static_cast<size_t>(t) * nope);
-    ops::matmul(pool, pw.matrix(*L.wk_b, hh), q_nope.data(), tmp.data(), n_tok);
+    matmul(pool, ws, pw.matrix(*L.wk_b, hh), q_nope.data(), tmp.data(), n_tok);
     for (int t = 0; t < n_tok; ++t) {
       float* dst = q_abs.data() + (static_cast<size_t>(t) * H + hh) * Dc;
       std::copy_n(tmp.data() + static_cast<size_t>(t) * R, R, dst);
@@ -98,11 +128,11 @@ void attention_mla(ThreadPool& pool, const PackedWeights& pw, const HParams& hp,
   for (int hh = 0; hh < H; ++hh) {
     for (int t = 0; t < n_tok; ++t)
       std::copy_n(ctx.data() + (static_cast<size_t>(t) * H + hh) * R, R, ctx_h.data() + static_cast<size_t>(t) * R);
-    ops::matmul(pool, pw.matrix(*L.wv_b, hh), ctx_h.data(), tmp.data(), n_tok);
+    matmul(pool, ws, pw.matrix(*L.wv_b, hh), ctx_h.data(), tmp.data(), n_tok);
     for (int t = 0; t < n_tok; ++t)
       std::copy_n(tmp.data() + static_cast<size_t>(t) * Dv, Dv, heads.data() + (static_cast<size_t>(t) * H + hh) * Dv);
   }
-  ops::matmul(pool, pw.matrix(*L.wo), heads.data(), out, n_tok, ops::Accumulate::Yes);
+  matmul(pool, ws, pw.matrix(*L.wo), heads.data(), out, n_tok, ops::Accumulate::Yes);
 }
 
 void ffn_dense(ThreadPool& pool, const WeightMatrix& gate, const WeightMatrix& up, const WeightMatrix& down,
@@ -110,15 +140,17 @@ void ffn_dense(ThreadPool& pool, const WeightMatrix& gate, const WeightMatrix& u
   const size_t n = static_cast<size_t>(n_tok) * static_cast<size_t>(gate.n_out);
   float* g = ws.get(ForwardWorkspace::Buffer::Gate, n);  // [n_tok, n_ff]
   float* u = ws.get(ForwardWorkspace::Buffer::Up, n);    // [n_tok, n_ff]
+  const WeightMatrix gate_up[] = {gate, up};
+  observe(ws, gate_up, in, n_tok);
   ops::matmul_swiglu(pool, gate, up, in, g, u, n_tok);
-  ops::matmul(pool, down, g, out, n_tok, accumulate);
+  matmul(pool, ws, down, g, out, n_tok, accumulate);
 }
 
 void ffn_moe(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const LayerWeights& L, const float* h, float* out,
              int n_tok, ForwardWorkspace& ws) {
   const int E = hp.n_embd, X = hp.n_expert, K = hp.n_expert_used;
   std::vector<float> probs(static_cast<size_t>(n_tok) * X);  // [n_tok, n_expert]
-  ops::matmul(pool, pw.matrix(*L.ffn_router), h, probs.data(), n_tok);
+  matmul(pool, ws, pw.matrix(*L.ffn_router), h, probs.data(), n_tok);
   // Route: per token, the top-k experts and their weights.
   std::vector<std::vector<std::pair<int, float>>> routed(static_cast<size_t>(X));  // expert -> (token, weight)
   std::vector<int> order(static_cast<size_t>(X));

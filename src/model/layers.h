@@ -25,7 +25,7 @@ void attention(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, con
 // h: [n_tok, n_embd] -> out: [n_tok, n_embd] += the block's output.
 void attention_mla(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const ArchTraits& arch, const LayerWeights& L,
                    const ops::RopeTable& rope, const ModelInput& batch, const KvLayerView& kv, const float* h,
-                   float* out);
+                   float* out, ForwardWorkspace& ws);
 
 // SwiGLU feed-forward: down(silu(gate(h)) * up(h)), h = in's rows after its norm (if any), written to out
 // or, with Accumulate::Yes, added to it. in: [n_tok, n_embd] -> out: [n_tok, n_embd]. Scratch: ws's Gate

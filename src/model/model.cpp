@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include "model/activation_observer.h"
 #include "model/layers.h"
 #include "quant/quantize.h"
 
@@ -126,7 +127,7 @@ void Model::forward(ThreadPool& pool, const ModelInput& batch, KvStorage& kv, fl
     if (arch_->latent_attention) {
       float* h = ws.get(Buffer::Normed, n_act);  // [n_tok, n_embd] normalised input of the block
       ops::rmsnorm(pool, x, attn_in.norm_weight, h, n_tok, E, hp.rms_eps);
-      layers::attention_mla(pool, packed_, hp, *arch_, L, rope, batch, kv.layer(il), h, x);
+      layers::attention_mla(pool, packed_, hp, *arch_, L, rope, batch, kv.layer(il), h, x, ws);
     } else {
       layers::attention(pool, packed_, hp, *arch_, L, rope, batch, kv.layer(il), attn_in, x, ws);
     }
@@ -146,7 +147,9 @@ void Model::forward(ThreadPool& pool, const ModelInput& batch, KvStorage& kv, fl
   for (int i = 0; i < n_out; ++i)
     std::copy_n(x + static_cast<size_t>(batch.logits_rows[i]) * E, E, last + static_cast<size_t>(i) * E);
   ops::rmsnorm(pool, last, reinterpret_cast<const float*>(weights_.output_norm->data), last, n_out, E, hp.rms_eps);
-  ops::matmul(pool, packed_.matrix(*weights_.output), last, logits, n_out);
+  const WeightMatrix output = packed_.matrix(*weights_.output);
+  if (ws.observer) ws.observer->observe(output, last, n_out);
+  ops::matmul(pool, output, last, logits, n_out);
 }
 
 }  // namespace kestrel

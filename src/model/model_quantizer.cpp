@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "io/gguf.h"
+#include "quant/importance_quantize.h"
 #include "quant/quantize.h"
 
 namespace kestrel {
@@ -22,9 +23,10 @@ QuantModelFacts model_facts(const GgufFile& file) {
   return facts;
 }
 
-// Converts one tensor's rows from t.type to `to` into out, on the pool; returns the relative RMS error
-// of the converted rows against the source.
-double convert_rows(const TensorView& t, DType to, uint8_t* out, ThreadPool& pool) {
+// Converts one tensor's rows from t.type to `to` into out, on the pool (with `importance`, each row by
+// quantize_row_weighted with its slice's weights); returns the relative RMS error of the converted rows
+// against the source.
+double convert_rows(const TensorView& t, DType to, uint8_t* out, const ImportanceMatrix* importance, ThreadPool& pool) {
   const size_t n = static_cast<size_t>(t.ne[0]), out_row = row_bytes(to, n);
   const size_t n_rows = static_cast<size_t>(t.n_rows());
   std::vector<double> err(static_cast<size_t>(pool.n_threads()), 0.0), ref(err.size(), 0.0);  // [threads]
@@ -32,7 +34,10 @@ double convert_rows(const TensorView& t, DType to, uint8_t* out, ThreadPool& poo
     std::vector<float> src(n), back(n);  // [n] a source row, and the converted row decoded again
     for (size_t r = begin; r < end; ++r) {
       dequantize_row(t.type, t.row(static_cast<int64_t>(r)), src.data(), n);
-      quantize_row(to, src.data(), out + r * out_row, n);
+      if (importance)
+        quantize_row_weighted(to, src.data(), out + r * out_row, n, importance->find(t.name, static_cast<int64_t>(r) / t.ne[1]));
+      else
+        quantize_row(to, src.data(), out + r * out_row, n);
       dequantize_row(to, out + r * out_row, back.data(), n);
       for (size_t i = 0; i < n; ++i) {
         err[static_cast<size_t>(thread)] += (back[i] - src[i]) * static_cast<double>(back[i] - src[i]);
@@ -61,13 +66,14 @@ Result<QuantizeReport> quantize_model(const QuantizeOptions& options, ThreadPool
   w.set_u32("general.quantization_version", 2);  // the block layouts of ggml's current quantization
   for (const TensorView& t : in.tensors()) {
     std::vector<int64_t> dims(t.ne.begin(), t.ne.begin() + t.n_dims);
-    TensorQuantReport r{t.name, t.shape_string(), t.type, t.type, t.n_bytes, t.n_bytes, false, 0.0};
+    TensorQuantReport r{t.name, t.shape_string(), t.type, t.type, t.n_bytes, t.n_bytes, false, false, 0.0};
     if (const auto to = quant_tensor_type(options.scheme, options.pure, t.name, dims, facts); to && *to != t.type) {
       if (!is_float(t.type))
         return Error{"tensor '" + t.name + "' is already " + dtype_name(t.type) + ": quantizing it to " + dtype_name(*to) +
                      " would compound the error; start from an F32, F16 or BF16 file"};
       r.to = *to;
       r.converted = true;
+      r.weighted = options.importance && options.importance->find(t.name, 0);
     }
     const size_t index = w.add_tensor(t.name, r.to, dims);
     r.bytes_out = w.tensor_bytes(index);
@@ -86,7 +92,7 @@ Result<QuantizeReport> quantize_model(const QuantizeOptions& options, ThreadPool
       [&](size_t i, std::vector<uint8_t>& bytes) {
         const TensorView& t = in.tensors()[i];
         TensorQuantReport& r = report.tensors[i];
-        if (r.converted) r.rel_error = convert_rows(t, r.to, bytes.data(), pool);
+        if (r.converted) r.rel_error = convert_rows(t, r.to, bytes.data(), options.importance, pool);
         else std::memcpy(bytes.data(), t.data, t.n_bytes);
         done += t.n_bytes;
         if (progress) progress(report.bytes_in ? static_cast<double>(done) / static_cast<double>(report.bytes_in) : 1.0);

@@ -10,6 +10,7 @@
 #include "core/dtype.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "model/calibration.h"
 #include "quant/recipe.h"
 
 namespace kestrel {
@@ -18,6 +19,10 @@ struct QuantizeOptions {
   std::string input, output;
   QuantScheme scheme;
   bool pure = false;  // every quantized tensor of the scheme's base type (llama.cpp's --pure)
+  // With an importance matrix, each block's scales are searched for the least importance-weighted error
+  // (quant/importance_quantize.h; tensors it has no entry for get the search with equal weights); without
+  // one, round to nearest (quant/quantize.h).
+  const ImportanceMatrix* importance = nullptr;
 };
 
 // One tensor of the written file.
@@ -27,6 +32,7 @@ struct TensorQuantReport {
   DType from, to;
   size_t bytes_in = 0, bytes_out = 0;
   bool converted = false;   // false: copied unchanged
+  bool weighted = false;    // converted with importance weights from calibration
   double rel_error = 0.0;   // converted: RMS of (dequantized - source) / RMS of source
 };
 

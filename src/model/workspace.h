@@ -9,8 +9,12 @@
 
 namespace kestrel {
 
+class ActivationObserver;
+
 class ForwardWorkspace {
  public:
+  ActivationObserver* observer = nullptr;  // calibration: sees every matrix product's input (optional)
+
   enum class Buffer { Residual, Normed, Q, K, V, AttnOut, Gate, Up, Last, Count };
 
   // At least n floats for `buffer`; the contents are whatever its previous user left there.

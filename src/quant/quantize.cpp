@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/fp16.h"
+#include "quant/block_pack.h"
 #include "quant/blocks.h"
 
 namespace kestrel {
@@ -77,9 +78,7 @@ void quant_q8_0(const float* x, BlockQ8_0* b, size_t nb) {
   for (size_t i = 0; i < nb; ++i) {
     float amax = 0;
     for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[i * kQK + j]));
-    const float d = amax / 127.f, id = d ? 1.f / d : 0.f;
-    b[i].d = fp32_to_fp16(d);
-    for (int j = 0; j < kQK; ++j) b[i].qs[j] = static_cast<int8_t>(std::lround(x[i * kQK + j] * id));
+    pack_q8_0(x + i * kQK, amax / 127.f, b[i]);
   }
 }
 
@@ -89,13 +88,7 @@ void quant_q4_0(const float* x, BlockQ4_0* b, size_t nb) {
     float max = 0, amax = 0;  // the value of largest magnitude, with its sign, maps to q = 0
     for (int j = 0; j < kQK; ++j)
       if (std::fabs(xb[j]) > amax) { amax = std::fabs(xb[j]); max = xb[j]; }
-    const float d = max / -8.f, id = d ? 1.f / d : 0.f;
-    b[i].d = fp32_to_fp16(d);
-    for (int j = 0; j < kQK / 2; ++j) {
-      const int q0 = std::min(15, static_cast<int>(xb[j] * id + 8.5f));
-      const int q1 = std::min(15, static_cast<int>(xb[j + 16] * id + 8.5f));
-      b[i].qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
-    }
+    pack_q4_0(xb, max / -8.f, b[i]);
   }
 }
 
@@ -110,38 +103,7 @@ void quant_q4_k(const float* x, BlockQ4_K* b, size_t nb) {
       scales[j] = (hi - lo) / 15.f;
       mins[j] = -lo;
     }
-    const float max_scale = *std::max_element(scales, scales + 8), max_min = *std::max_element(mins, mins + 8);
-    const float d = max_scale / 63.f, dmin = max_min / 63.f;
-    b[i].d = fp32_to_fp16(d);
-    b[i].dmin = fp32_to_fp16(dmin);
-    const float d_used = fp16_to_fp32(b[i].d), dmin_used = fp16_to_fp32(b[i].dmin);
-    uint8_t sc6[8], m6[8];
-    for (int j = 0; j < 8; ++j) {
-      sc6[j] = static_cast<uint8_t>(std::clamp<long>(d_used ? std::lround(scales[j] / d_used) : 0, 0, 63));
-      m6[j] = static_cast<uint8_t>(std::clamp<long>(dmin_used ? std::lround(mins[j] / dmin_used) : 0, 0, 63));
-    }
-    std::memset(b[i].scales, 0, 12);
-    for (int j = 0; j < 8; ++j) {
-      if (j < 4) {
-        b[i].scales[j] = sc6[j];
-        b[i].scales[j + 4] = m6[j];
-      } else {
-        b[i].scales[j + 4] = static_cast<uint8_t>((sc6[j] & 0xF) | ((m6[j] & 0xF) << 4));
-        b[i].scales[j - 4] |= static_cast<uint8_t>((sc6[j] >> 4) << 6);
-        b[i].scales[j] |= static_cast<uint8_t>((m6[j] >> 4) << 6);
-      }
-    }
-    uint8_t q[kQK_K];
-    for (int j = 0; j < 8; ++j) {
-      const float ds = d_used * sc6[j], dm = dmin_used * m6[j];
-      for (int l = 0; l < 32; ++l) {
-        const float v = ds ? (xb[j * 32 + l] + dm) / ds : 0.f;
-        q[j * 32 + l] = static_cast<uint8_t>(std::clamp<long>(std::lround(v), 0, 15));
-      }
-    }
-    for (int pair = 0; pair < 4; ++pair)
-      for (int l = 0; l < 32; ++l)
-        b[i].qs[pair * 32 + l] = static_cast<uint8_t>(q[pair * 64 + l] | (q[pair * 64 + 32 + l] << 4));
+    pack_q4_k(xb, scales, mins, b[i]);
   }
 }
 
@@ -149,38 +111,13 @@ void quant_q6_k(const float* x, BlockQ6_K* b, size_t nb) {
   for (size_t i = 0; i < nb; ++i) {
     const float* xb = x + i * kQK_K;
     float scales[16];
-    float max_abs_scale = 0, max_scale = 0;
     for (int j = 0; j < 16; ++j) {
       float amax = 0, max = 0;
       for (int l = 0; l < 16; ++l)
         if (std::fabs(xb[j * 16 + l]) > amax) { amax = std::fabs(xb[j * 16 + l]); max = xb[j * 16 + l]; }
       scales[j] = max / -32.f;
-      if (std::fabs(scales[j]) > max_abs_scale) { max_abs_scale = std::fabs(scales[j]); max_scale = scales[j]; }
     }
-    const float d = max_scale / -128.f;
-    b[i].d = fp32_to_fp16(d);
-    const float d_used = fp16_to_fp32(b[i].d);
-    const float id = d_used ? 1.f / d_used : 0.f;
-    uint8_t q[kQK_K];
-    for (int j = 0; j < 16; ++j) {
-      b[i].scales[j] = static_cast<int8_t>(std::clamp<long>(std::lround(id * scales[j]), -128, 127));
-      const float ds = d_used * b[i].scales[j];
-      for (int l = 0; l < 16; ++l) {
-        const long v = ds ? std::lround(xb[j * 16 + l] / ds) : 0;
-        q[j * 16 + l] = static_cast<uint8_t>(std::clamp<long>(v, -32, 31) + 32);
-      }
-    }
-    for (int half = 0; half < 2; ++half) {
-      uint8_t* ql = b[i].ql + half * 64;
-      uint8_t* qh = b[i].qh + half * 32;
-      const uint8_t* qq = q + half * 128;
-      for (int l = 0; l < 32; ++l) {
-        const uint8_t q1 = qq[l], q2 = qq[l + 32], q3 = qq[l + 64], q4 = qq[l + 96];
-        ql[l] = static_cast<uint8_t>((q1 & 0xF) | ((q3 & 0xF) << 4));
-        ql[l + 32] = static_cast<uint8_t>((q2 & 0xF) | ((q4 & 0xF) << 4));
-        qh[l] = static_cast<uint8_t>((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6));
-      }
-    }
+    pack_q6_k(xb, scales, b[i]);
   }
 }
 

@@ -1,0 +1,17 @@
+// A calibration hook on the forward pass: sees the input rows of every weight-matrix product, so a
+// quantizer can measure which input channels carry large activations (importance) before it quantizes.
+// Set it in the ForwardWorkspace of the forwards to observe; the forward's results do not change.
+#pragma once
+#include "compute/ops.h"
+
+namespace kestrel {
+
+class ActivationObserver {
+ public:
+  virtual ~ActivationObserver() = default;
+  // x: [n_tok, w.n_in], the rows matrix w is about to multiply (after the block's norm where the GEMM
+  // folds it in). For 3-D tensors w is one expert's (or one head's) slice; w.data tells slices apart.
+  virtual void observe(const WeightMatrix& w, const float* x, int n_tok) = 0;
+};
+
+}  // namespace kestrel

@@ -1,0 +1,22 @@
+// Encoding one block from chosen scales: the codes are the nearest levels under the given (sub-block)
+// scales, after the scales themselves are stored as the format stores them (fp16, or 6- / 8-bit
+// sub-block scales under a super-block scale). Round-to-nearest quantization (quant/quantize.h) and the
+// importance-weighted search (quant/importance_quantize.h) differ only in how they choose the scales.
+#pragma once
+#include "quant/blocks.h"
+
+namespace kestrel {
+
+// x[32] ~ d * q, q = round(x / d) in [-127, 127].
+void pack_q8_0(const float* x, float d, BlockQ8_0& b);
+// x[32] ~ d * (q - 8), q = floor(x / d + 8.5) in [0, 15] (d may be negative: the value of largest magnitude
+// maps to q = 0 when d = that value / -8).
+void pack_q4_0(const float* x, float d, BlockQ4_0& b);
+// x[256] ~ scales[j] * q - mins[j] per sub-block j of 32 (scales, mins >= 0), q in [0, 15]; the 8 scales
+// and mins are stored as 6-bit multiples of d = max scale / 63 and dmin = max min / 63.
+void pack_q4_k(const float* x, const float* scales, const float* mins, BlockQ4_K& b);
+// x[256] ~ scales[j] * q per sub-block j of 16, q in [-32, 31]; the 16 scales are stored as int8
+// multiples of d = (the scale of largest magnitude) / -128.
+void pack_q6_k(const float* x, const float* scales, BlockQ6_K& b);
+
+}  // namespace kestrel

@@ -1,0 +1,123 @@
+// Calibration (model/calibration.h): the importance of a matrix's input channels is the mean square of the
+// rows it multiplies, measured without changing the forward's results; quantizing with it (imatrix) writes
+// a runnable file.
+#include <cmath>
+#include <filesystem>
+#include <numeric>
+
+#include "engine/generator.h"
+#include "model/activation_observer.h"
+#include "model/calibration.h"
+#include "model/model_maker.h"
+#include "model/model_quantizer.h"
+#include "test_support.h"
+
+namespace kestrel {
+namespace {
+
+class Calibration : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    MakeModelOptions options;
+    options.shape.n_embd = 256;
+    options.shape.n_layers = 2;
+    options.shape.n_ff = 512;
+    options.shape.n_expert = 4;
+    options.shape.n_expert_used = 2;
+    ASSERT_TRUE(make_model(options, path).ok());
+    auto loaded = Model::load(path);
+    ASSERT_TRUE(loaded.ok()) << loaded.error();
+    model = std::move(loaded).value();
+  }
+  void TearDown() override { std::filesystem::remove(path); }
+  std::string path = test::temp_path("calibration.gguf");
+  std::unique_ptr<Model> model;
+  ThreadPool pool{2};
+};
+
+TEST_F(Calibration, MeasuresTheMeanSquareOfEachMatrixInput) {
+  const std::vector<std::vector<int32_t>> chunks = {test::iota_tokens(20, 300), test::iota_tokens(9, 400)};
+  auto measured = collect_importance(*model, pool, chunks);
+  ASSERT_TRUE(measured.ok()) << measured.error();
+  const ImportanceMatrix& m = measured.value();
+  // Every matrix a token multiplies has an entry; the embedding table is looked up, not multiplied.
+  for (const char* name : {"blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight", "blk.0.attn_output.weight",
+                           "blk.1.ffn_gate_inp.weight", "blk.1.ffn_down_exps.weight", "output.weight"})
+    EXPECT_TRUE(m.tensors.count(name)) << name;
+  EXPECT_FALSE(m.find("token_embd.weight", 0));
+  // blk.0.attn_q multiplies the first layer's normalised embeddings: compute them directly.
+  const HParams& hp = model->hparams();
+  const TensorView& embd = *model->weights().token_embd;
+  const float* norm = reinterpret_cast<const float*>(model->weights().layers[0].attn_norm->data);
+  std::vector<double> want(static_cast<size_t>(hp.n_embd), 0.0);
+  int n = 0;
+  for (const auto& chunk : chunks)
+    for (int32_t t : chunk) {
+      const float* row = reinterpret_cast<const float*>(embd.row(t));
+      double ss = 0;
+      for (int j = 0; j < hp.n_embd; ++j) ss += static_cast<double>(row[j]) * row[j];
+      const double inv = 1.0 / std::sqrt(ss / hp.n_embd + hp.rms_eps);
+      for (int j = 0; j < hp.n_embd; ++j) want[static_cast<size_t>(j)] += std::pow(row[j] * inv * norm[j], 2);
+      ++n;
+    }
+  const float* got = m.find("blk.0.attn_q.weight", 0);
+  ASSERT_TRUE(got);
+  EXPECT_EQ(m.tensors.at("blk.0.attn_q.weight").tokens[0], n);
+  for (int j = 0; j < hp.n_embd; ++j) ASSERT_NEAR(got[j], want[static_cast<size_t>(j)] / n, 1e-4 * (1 + want[j] / n)) << j;
+  // Experts: each slice counts the tokens routed to it; top-2 of 4 over 29 tokens routes 58 rows.
+  const auto& down = m.tensors.at("blk.1.ffn_down_exps.weight");
+  EXPECT_EQ(down.n_slices, 4);
+  EXPECT_EQ(std::accumulate(down.tokens.begin(), down.tokens.end(), int64_t{0}), 2 * n);
+  EXPECT_EQ(down.n_in, hp.n_ff);
+  // Bad input is named.
+  EXPECT_FALSE(collect_importance(*model, pool, {{1, 2, 1 << 30}}).ok());
+  EXPECT_FALSE(collect_importance(*model, pool, {}).ok());
+}
+
+// Observing changes nothing: the same logits with and without an observer.
+TEST_F(Calibration, ObservedForwardGivesTheSameLogits) {
+  struct Counter : ActivationObserver {
+    int calls = 0;
+    void observe(const WeightMatrix&, const float*, int) override { ++calls; }
+  } counter;
+  const std::vector<int32_t> tokens = test::iota_tokens(6, 300);
+  std::vector<float> plain, seen;
+  for (ActivationObserver* observer : {static_cast<ActivationObserver*>(nullptr), static_cast<ActivationObserver*>(&counter)}) {
+    KvStorage kv(model->kv_spec(1, 16, KvType::F32));
+    const std::vector<int32_t> pages = {0}, positions = {0, 1, 2, 3, 4, 5}, rows = {5};
+    const std::vector<const int32_t*> tables(tokens.size(), pages.data());
+    ForwardWorkspace ws;
+    ws.observer = observer;
+    std::vector<float>& logits = observer ? seen : plain;
+    logits.resize(static_cast<size_t>(model->hparams().n_vocab));
+    model->forward(pool, ModelInput{tokens, positions, tables, rows}, kv, logits.data(), ws);
+  }
+  EXPECT_EQ(plain, seen);
+  EXPECT_GT(counter.calls, 10);
+}
+
+TEST_F(Calibration, ImportanceQuantizedFileRuns) {
+  auto measured = collect_importance(*model, pool, {test::iota_tokens(32, 300)});
+  ASSERT_TRUE(measured.ok());
+  const std::string out = test::temp_path("calibration-q4.gguf"), plain = test::temp_path("calibration-rtn.gguf");
+  auto report = quantize_model({path, out, *find_quant_scheme("Q4_0"), true, &measured.value()}, pool);
+  ASSERT_TRUE(report.ok()) << report.error();
+  ASSERT_TRUE(quantize_model({path, plain, *find_quant_scheme("Q4_0"), true}, pool).ok());
+  int weighted = 0;
+  for (const auto& t : report->tensors) weighted += t.weighted;
+  EXPECT_GT(weighted, 5);
+  EXPECT_NE(test::read_file(out), test::read_file(plain));
+  auto q = Model::load(out);
+  ASSERT_TRUE(q.ok()) << q.error();
+  GeneratorConfig config;
+  config.n_ctx = 16;
+  Generator g(*q.value(), pool, config);
+  auto logits = g.eval(test::iota_tokens(4, 300), false);
+  ASSERT_TRUE(logits.ok());
+  for (float v : logits.value()) ASSERT_TRUE(std::isfinite(v));
+  std::filesystem::remove(out);
+  std::filesystem::remove(plain);
+}
+
+}  // namespace
+}  // namespace kestrel
