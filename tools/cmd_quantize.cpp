@@ -1,12 +1,13 @@
 // kestrel quantize: write a model quantized to a scheme with llama.cpp's per-tensor rules, from an F32, F16
 // or BF16 GGUF file (model/model_quantizer.h).
 //
-//   kestrel quantize IN.gguf OUT.gguf TYPE [--pure] [-t N] [--calib TEXT [--method imatrix] [-c 512]
-//                    [--calib-chunks N]]
+//   kestrel quantize IN.gguf OUT.gguf TYPE [--pure] [-t N] [--calib TEXT [--method imatrix|gptq] [-c 512]
+//                    [--calib-chunks N] [--gptq-damp 0.01] [--gptq-act-order]]
 //
 // --method rtn (the default without --calib) rounds each block to nearest; imatrix (the default with
 // --calib) first runs the model over the calibration text to measure each matrix's input channels
-// (model/calibration.h) and fits every block to the importance-weighted error.
+// (model/calibration.h) and fits every block to the importance-weighted error; gptq measures each matrix
+// input's Hessian instead and quantizes block-format tensors by GPTQ (quant/gptq.h).
 // Prints progress bars on a terminal, then a line per tensor (shape, types, sizes, relative RMS error of
 // the converted weights) and the totals.
 #include <cstdio>
@@ -25,19 +26,18 @@ struct QuantizeArgs {
   bool pure = false;
   int threads = default_threads();
   int calib_ctx = 512, calib_chunks = 0;
+  GptqOptions gptq;
 };
 
-// The importance matrix of the input model over the calibration text: whole chunks of calib_ctx tokens,
-// each starting with BOS where the model adds one (a text shorter than one chunk is one chunk).
-bool calibrate(const QuantizeArgs& a, ThreadPool& pool, ImportanceMatrix& out) {
+// The calibration text in whole chunks of calib_ctx tokens, each starting with BOS where the model adds one
+// (a text shorter than one chunk is one chunk). Empty on error (printed).
+std::vector<std::vector<int32_t>> calibration_chunks(const QuantizeArgs& a, const Model& model) {
   std::string text;
-  if (!read_text_file(a.calib_file, text)) return false;
-  auto model = load_model(a.input, true);
-  if (!model) return false;
-  auto tokenizer = Tokenizer::from_gguf(model->file());
+  if (!read_text_file(a.calib_file, text)) return {};
+  auto tokenizer = Tokenizer::from_gguf(model.file());
   if (!tokenizer.ok() || !tokenizer->has_vocab()) {
     std::fprintf(stderr, "error: %s\n", tokenizer.ok() ? "the model has no tokenizer vocabulary" : tokenizer.error().c_str());
-    return false;
+    return {};
   }
   const std::vector<int32_t> tokens = tokenizer->encode(text, true, false);
   const int32_t bos = !tokens.empty() && tokens[0] == tokenizer->vocab().bos ? tokens[0] : -1;
@@ -49,17 +49,41 @@ bool calibrate(const QuantizeArgs& a, ThreadPool& pool, ImportanceMatrix& out) {
     if (bos >= 0) chunks.back()[0] = bos;
     if (a.calib_chunks > 0 && static_cast<int>(chunks.size()) == a.calib_chunks) break;
   }
+  if (chunks.empty()) std::fprintf(stderr, "error: the calibration text has no tokens\n");
+  return chunks;
+}
+
+// Runs the input model over the calibration text: the importance matrix (imatrix), or the input Hessians and
+// the importance their diagonals give (gptq).
+bool calibrate(const QuantizeArgs& a, const std::string& method, ThreadPool& pool, ImportanceMatrix& importance,
+               HessianSet& hessians) {
+  auto model = load_model(a.input, true);
+  if (!model) return false;
+  const auto chunks = calibration_chunks(a, *model);
+  if (chunks.empty()) return false;
   Timer timer;
-  auto measured = collect_importance(*model, pool, chunks, progress_bar("calibrating"));
-  if (!measured.ok()) {
-    std::fprintf(stderr, "error: %s\n", measured.error().c_str());
-    return false;
+  if (method == "gptq") {
+    auto measured = collect_hessians(*model, pool, chunks, progress_bar("calibrating"));
+    if (!measured.ok()) {
+      std::fprintf(stderr, "error: %s\n", measured.error().c_str());
+      return false;
+    }
+    hessians = std::move(measured).value();
+    importance = importance_from_hessians(hessians);
+  } else {
+    auto measured = collect_importance(*model, pool, chunks, progress_bar("calibrating"));
+    if (!measured.ok()) {
+      std::fprintf(stderr, "error: %s\n", measured.error().c_str());
+      return false;
+    }
+    importance = std::move(measured).value();
   }
-  out = std::move(measured).value();
   size_t n_tokens = 0;
   for (const auto& c : chunks) n_tokens += c.size();
-  std::fprintf(stderr, "calibration: %zu chunks, %zu tokens, %zu matrices measured in %.1f s\n", chunks.size(), n_tokens,
-               out.tensors.size(), timer.elapsed_s());
+  std::fprintf(stderr, "calibration: %zu chunks, %zu tokens, %zu matrices measured in %.1f s", chunks.size(), n_tokens,
+               importance.tensors.size(), timer.elapsed_s());
+  if (method == "gptq") std::fprintf(stderr, " (Hessians: %.1f MiB)", static_cast<double>(hessians.bytes()) / (1024.0 * 1024.0));
+  std::fprintf(stderr, "\n");
   return true;
 }
 
@@ -75,8 +99,13 @@ void add_quantize(CLI::App& app, Action& run) {
   cmd->add_flag("--pure", a->pure, "Every quantized tensor of the scheme's base type (no per-tensor rules)");
   cmd->add_option("-t,--threads", a->threads, "Threads")->check(CLI::Range(1, 1024));
   cmd->add_option("--calib", a->calib_file, "Calibration text (plain text, tokenized by the model)");
-  cmd->add_option("--method", a->method, "rtn (round to nearest) or imatrix (importance-weighted, needs --calib)")
-      ->check(CLI::IsMember({"rtn", "imatrix"}));
+  cmd->add_option("--method", a->method,
+                  "rtn (round to nearest), imatrix (importance-weighted) or gptq (error compensation through the "
+                  "inverse Hessian); the last two need --calib")
+      ->check(CLI::IsMember({"rtn", "imatrix", "gptq"}));
+  cmd->add_option("--gptq-damp", a->gptq.damp, "GPTQ damping: fraction of the Hessian's mean diagonal added to it")
+      ->check(CLI::Range(0.0, 10.0));
+  cmd->add_flag("--gptq-act-order", a->gptq.act_order, "GPTQ: quantize columns in order of decreasing activation energy");
   cmd->add_option("-c,--calib-ctx", a->calib_ctx, "Tokens per calibration chunk")->check(CLI::Range(8, 1 << 20));
   cmd->add_option("--calib-chunks", a->calib_chunks, "Use at most this many chunks (0: all)")->check(CLI::Range(0, 1 << 20));
   cmd->callback([&run, a] {
@@ -91,16 +120,20 @@ void add_quantize(CLI::App& app, Action& run) {
         return 1;
       }
       const std::string method = !a->method.empty() ? a->method : a->calib_file.empty() ? "rtn" : "imatrix";
-      if (method == "imatrix" && a->calib_file.empty()) {
-        std::fprintf(stderr, "error: --method imatrix needs --calib TEXT\n");
+      if (method != "rtn" && a->calib_file.empty()) {
+        std::fprintf(stderr, "error: --method %s needs --calib TEXT\n", method.c_str());
         return 1;
       }
       ThreadPool pool(a->threads);
       Timer timer;
       ImportanceMatrix importance;
-      if (method == "imatrix" && !calibrate(*a, pool, importance)) return 1;
-      auto report = quantize_model({a->input, a->output, *scheme, a->pure, method == "imatrix" ? &importance : nullptr},
-                                   pool, progress_bar("quantizing"));
+      HessianSet hessians;
+      if (method != "rtn" && !calibrate(*a, method, pool, importance, hessians)) return 1;
+      QuantizeOptions options{a->input, a->output, *scheme, a->pure};
+      if (method != "rtn") options.importance = &importance;
+      if (method == "gptq") options.hessians = &hessians;
+      options.gptq = a->gptq;
+      auto report = quantize_model(options, pool, progress_bar("quantizing"));
       if (!report.ok()) {
         std::fprintf(stderr, "error: %s\n", report.error().c_str());
         return 1;
@@ -111,7 +144,7 @@ void add_quantize(CLI::App& app, Action& run) {
         const TensorQuantReport& t = r.tensors[i];
         std::printf("[%4zu/%4zu] %-36s %-20s %5s -> %-5s %9.2f MiB -> %8.2f MiB", i + 1, r.tensors.size(), t.name.c_str(),
                     t.shape.c_str(), dtype_name(t.from), dtype_name(t.to), t.bytes_in / kMiB, t.bytes_out / kMiB);
-        if (t.converted) std::printf("  rel. error %.4f%s", t.rel_error, t.weighted ? " (imatrix)" : "");
+        if (t.converted) std::printf("  rel. error %.4f (%s)", t.rel_error, quant_method_name(t.method));
         std::printf("\n");
       }
       std::printf("%s: %.2f MiB -> %.2f MiB of tensors, %.2f bits per converted weight, %.1f s\n", scheme->name.c_str(),

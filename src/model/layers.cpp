@@ -14,7 +14,7 @@ const float* floats(const TensorView* t) { return t ? reinterpret_cast<const flo
 
 // The calibration hook (ws.observer): x [n_tok, w.n_in] as w is about to multiply it.
 void observe(ForwardWorkspace& ws, const WeightMatrix& w, const float* x, int n_tok) {
-  if (ws.observer) ws.observer->observe(w, x, n_tok);
+  if (ws.observer) ws.observer->observe(std::span<const WeightMatrix>(&w, 1), x, n_tok);
 }
 
 // The same for matrices sharing one input whose norm the GEMM folds in: the rows after the norm.
@@ -28,7 +28,7 @@ void observe(ForwardWorkspace& ws, std::span<const WeightMatrix> ms, const ops::
     ops::rmsnorm(in.x, in.norm_weight, normed.data(), n_tok, n_in, in.norm_eps);
     x = normed.data();
   }
-  for (const WeightMatrix& w : ms) ws.observer->observe(w, x, n_tok);
+  ws.observer->observe(ms, x, n_tok);
 }
 
 // matmul, seen by the calibration hook first.

@@ -148,7 +148,7 @@ void Model::forward(ThreadPool& pool, const ModelInput& batch, KvStorage& kv, fl
     std::copy_n(x + static_cast<size_t>(batch.logits_rows[i]) * E, E, last + static_cast<size_t>(i) * E);
   ops::rmsnorm(pool, last, reinterpret_cast<const float*>(weights_.output_norm->data), last, n_out, E, hp.rms_eps);
   const WeightMatrix output = packed_.matrix(*weights_.output);
-  if (ws.observer) ws.observer->observe(output, last, n_out);
+  if (ws.observer) ws.observer->observe(std::span<const WeightMatrix>(&output, 1), last, n_out);
   ops::matmul(pool, output, last, logits, n_out);
 }
 

@@ -11,6 +11,7 @@
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "model/calibration.h"
+#include "quant/gptq.h"
 #include "quant/recipe.h"
 
 namespace kestrel {
@@ -23,7 +24,15 @@ struct QuantizeOptions {
   // (quant/importance_quantize.h; tensors it has no entry for get the search with equal weights); without
   // one, round to nearest (quant/quantize.h).
   const ImportanceMatrix* importance = nullptr;
+  // With Hessians, every block-format tensor slice that has one is quantized by GPTQ (quant/gptq.h), which
+  // takes its importance from H's diagonal; other tensors as above.
+  const HessianSet* hessians = nullptr;
+  GptqOptions gptq{};
 };
+
+// How a tensor was converted.
+enum class QuantMethod { Copy, RoundToNearest, Importance, Gptq };
+const char* quant_method_name(QuantMethod method);
 
 // One tensor of the written file.
 struct TensorQuantReport {
@@ -32,7 +41,7 @@ struct TensorQuantReport {
   DType from, to;
   size_t bytes_in = 0, bytes_out = 0;
   bool converted = false;   // false: copied unchanged
-  bool weighted = false;    // converted with importance weights from calibration
+  QuantMethod method = QuantMethod::Copy;
   double rel_error = 0.0;   // converted: RMS of (dequantized - source) / RMS of source
 };
 
@@ -47,7 +56,7 @@ struct QuantizeReport {
   }
 };
 
-// Errors: the input cannot be read, a tensor the scheme converts is already quantized to another type
+// Errors: the input cannot be read, GPTQ fails on a tensor (a Hessian that is not positive definite), a tensor the scheme converts is already quantized to another type
 // (requantizing compounds the error: start from an F32, F16 or BF16 file), or the output cannot be written.
 // progress(fraction of the input's tensor bytes done) may be empty.
 Result<QuantizeReport> quantize_model(const QuantizeOptions& options, ThreadPool& pool,

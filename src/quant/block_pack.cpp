@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/fp16.h"
+#include "quant/block_grid.h"
 
 namespace kestrel {
 
@@ -17,8 +18,9 @@ void pack_q8_0(const float* x, float d, BlockQ8_0& b) {
 void pack_q4_0(const float* x, float d, BlockQ4_0& b) {
   const float id = d ? 1.f / d : 0.f;
   b.d = fp32_to_fp16(d);
-  const auto code = [&](float v) { return std::clamp(static_cast<int>(std::floor(v * id + 8.5f)), 0, 15); };
-  for (int j = 0; j < kQK / 2; ++j) b.qs[j] = static_cast<uint8_t>(code(x[j]) | (code(x[j + 16]) << 4));
+  uint8_t q[kQK];
+  for (int j = 0; j < kQK; ++j) q[j] = static_cast<uint8_t>(std::clamp(static_cast<int>(std::floor(x[j] * id + 8.5f)), 0, 15));
+  set_block_codes(DType::Q4_0, &b, q);
 }
 
 void pack_q4_k(const float* xb, const float* scales, const float* mins, BlockQ4_K& b) {
@@ -50,9 +52,7 @@ void pack_q4_k(const float* xb, const float* scales, const float* mins, BlockQ4_
       q[j * 32 + l] = static_cast<uint8_t>(std::clamp<long>(std::lround(v), 0, 15));
     }
   }
-  for (int pair = 0; pair < 4; ++pair)
-    for (int l = 0; l < 32; ++l)
-      b.qs[pair * 32 + l] = static_cast<uint8_t>(q[pair * 64 + l] | (q[pair * 64 + 32 + l] << 4));
+  set_block_codes(DType::Q4_K, &b, q);
 }
 
 void pack_q6_k(const float* xb, const float* scales, BlockQ6_K& b) {
@@ -71,17 +71,7 @@ void pack_q6_k(const float* xb, const float* scales, BlockQ6_K& b) {
       q[j * 16 + l] = static_cast<uint8_t>(std::clamp<long>(v, -32, 31) + 32);
     }
   }
-  for (int half = 0; half < 2; ++half) {
-    uint8_t* ql = b.ql + half * 64;
-    uint8_t* qh = b.qh + half * 32;
-    const uint8_t* qq = q + half * 128;
-    for (int l = 0; l < 32; ++l) {
-      const uint8_t q1 = qq[l], q2 = qq[l + 32], q3 = qq[l + 64], q4 = qq[l + 96];
-      ql[l] = static_cast<uint8_t>((q1 & 0xF) | ((q3 & 0xF) << 4));
-      ql[l + 32] = static_cast<uint8_t>((q2 & 0xF) | ((q4 & 0xF) << 4));
-      qh[l] = static_cast<uint8_t>((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6));
-    }
-  }
+  set_block_codes(DType::Q6_K, &b, q);
 }
 
 }  // namespace kestrel
