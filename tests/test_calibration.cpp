@@ -100,7 +100,7 @@ TEST_F(Calibration, ImportanceQuantizedFileRuns) {
   auto measured = collect_importance(*model, pool, {test::iota_tokens(32, 300)});
   ASSERT_TRUE(measured.ok());
   const std::string out = test::temp_path("calibration-q4.gguf"), plain = test::temp_path("calibration-rtn.gguf");
-  auto report = quantize_model({path, out, *find_quant_scheme("Q4_0"), true, &measured.value()}, pool);
+  auto report = quantize_model({path, out, *find_quant_scheme("Q4_0"), true, QuantMethod::Importance, &measured.value()}, pool);
   ASSERT_TRUE(report.ok()) << report.error();
   ASSERT_TRUE(quantize_model({path, plain, *find_quant_scheme("Q4_0"), true}, pool).ok());
   int weighted = 0;
@@ -162,7 +162,7 @@ TEST_F(Calibration, GptqQuantizedFileTracksTheModelBetterThanRounding) {
   ASSERT_TRUE(hessians.ok());
   const ImportanceMatrix importance = importance_from_hessians(hessians.value());
   const std::string gptq = test::temp_path("calibration-gptq.gguf"), rtn = test::temp_path("calibration-rtn.gguf");
-  QuantizeOptions options{path, gptq, *find_quant_scheme("Q4_0"), true, &importance, &hessians.value()};
+  QuantizeOptions options{path, gptq, *find_quant_scheme("Q4_0"), true, QuantMethod::Gptq, &importance, &hessians.value()};
   auto report = quantize_model(options, pool);
   ASSERT_TRUE(report.ok()) << report.error();
   int by_gptq = 0;

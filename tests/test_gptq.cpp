@@ -9,6 +9,7 @@
 #include "quant/gptq.h"
 #include "quant/importance_quantize.h"
 #include "quant/quantize.h"
+#include "quant_test_support.h"
 #include "test_support.h"
 
 namespace kestrel {
@@ -92,68 +93,8 @@ TEST(BlockGrid, ReadsAndRewritesEveryFormatsCodes) {
   }
 }
 
-// Inputs with correlated channels of unequal size, as a layer's inputs are: x = z M with a random mixing
-// matrix M and a few channels scaled up.
-struct Problem {
-  int64_t n_out = 48, n_in = 512, n_tok = 1024;
-  std::vector<float> w, x, h;  // [n_out][n_in] [n_tok][n_in] [n_in][n_in]
-  explicit Problem(uint32_t seed, bool dead_channel = false) {
-    w = test::gaussian_vector(static_cast<size_t>(n_out * n_in), seed);
-    const auto z = test::gaussian_vector(static_cast<size_t>(n_tok * n_in), seed + 1);
-    const auto m = test::gaussian_vector(static_cast<size_t>(n_in * n_in), seed + 2, 1.0f / std::sqrt(static_cast<float>(n_in)));
-    x.assign(static_cast<size_t>(n_tok * n_in), 0.0f);
-    for (int64_t t = 0; t < n_tok; ++t)
-      for (int64_t k = 0; k < n_in; ++k) {
-        const float zk = z[static_cast<size_t>(t * n_in + k)] + (k < 8 ? z[static_cast<size_t>(t * n_in)] * 2.0f : 0.0f);
-        for (int64_t j = 0; j < n_in; ++j) x[static_cast<size_t>(t * n_in + j)] += zk * m[static_cast<size_t>(k * n_in + j)];
-      }
-    for (int64_t t = 0; t < n_tok; ++t)
-      for (int64_t j = 0; j < n_in; j += 37) x[static_cast<size_t>(t * n_in + j)] *= 8.0f;
-    if (dead_channel)
-      for (int64_t t = 0; t < n_tok; ++t) x[static_cast<size_t>(t * n_in + 5)] = 0.0f;
-    h.assign(static_cast<size_t>(n_in * n_in), 0.0f);
-    for (int64_t i = 0; i < n_in; ++i)
-      for (int64_t j = 0; j < n_in; ++j) {
-        double s = 0;
-        for (int64_t t = 0; t < n_tok; ++t) s += x[static_cast<size_t>(t * n_in + i)] * static_cast<double>(x[static_cast<size_t>(t * n_in + j)]);
-        h[static_cast<size_t>(i * n_in + j)] = static_cast<float>(s / static_cast<double>(n_tok));
-      }
-  }
-  // ||(W - Q) X||^2 / ||W X||^2 with Q the decoded rows.
-  double output_error(DType t, const std::vector<uint8_t>& rows) const {
-    std::vector<float> q(w.size());
-    for (int64_t r = 0; r < n_out; ++r)
-      dequantize_row(t, rows.data() + static_cast<size_t>(r) * row_bytes(t, static_cast<size_t>(n_in)), q.data() + r * n_in,
-                     static_cast<size_t>(n_in));
-    double e = 0, s = 0;
-    for (int64_t r = 0; r < n_out; ++r)
-      for (int64_t i = 0; i < n_in; ++i)
-        for (int64_t j = 0; j < n_in; ++j) {
-          const double hij = h[static_cast<size_t>(i * n_in + j)];
-          e += (w[static_cast<size_t>(r * n_in + i)] - q[static_cast<size_t>(r * n_in + i)]) *
-               static_cast<double>(w[static_cast<size_t>(r * n_in + j)] - q[static_cast<size_t>(r * n_in + j)]) * hij;
-          s += w[static_cast<size_t>(r * n_in + i)] * static_cast<double>(w[static_cast<size_t>(r * n_in + j)]) * hij;
-        }
-    return e / s;
-  }
-  std::vector<uint8_t> rows_by(DType t, const float* importance) const {
-    std::vector<uint8_t> rows(row_bytes(t, static_cast<size_t>(n_in)) * static_cast<size_t>(n_out));
-    for (int64_t r = 0; r < n_out; ++r) {
-      uint8_t* dst = rows.data() + static_cast<size_t>(r) * row_bytes(t, static_cast<size_t>(n_in));
-      if (importance) quantize_row_weighted(t, w.data() + r * n_in, dst, static_cast<size_t>(n_in), importance);
-      else quantize_row(t, w.data() + r * n_in, dst, static_cast<size_t>(n_in));
-    }
-    return rows;
-  }
-  std::vector<float> diagonal() const {
-    std::vector<float> d(static_cast<size_t>(n_in));
-    for (int64_t j = 0; j < n_in; ++j) d[static_cast<size_t>(j)] = h[static_cast<size_t>(j * n_in + j)];
-    return d;
-  }
-};
-
 TEST(Gptq, LowersTheOutputErrorBelowRoundingAndTheImportanceSearch) {
-  const Problem p(11);
+  const test::QuantProblem p(11);
   ThreadPool pool(2);
   const auto importance = p.diagonal();
   for (DType t : kTypes) {
@@ -206,7 +147,7 @@ TEST(Gptq, IdentityHessianIsTheSearchAndDeadChannelsAreZero) {
       }
     }
   }
-  const Problem p(41, true);
+  const test::QuantProblem p(41, true);
   std::vector<uint8_t> rows(row_bytes(DType::Q4_0, static_cast<size_t>(p.n_in)) * static_cast<size_t>(p.n_out));
   ASSERT_TRUE(gptq_quantize(DType::Q4_0, p.w.data(), p.n_out, p.n_in, p.h.data(), GptqOptions{}, rows.data(), pool).ok());
   std::vector<float> decoded(static_cast<size_t>(p.n_in));

@@ -38,6 +38,12 @@ void add_make_model(CLI::App& app, Action& run) {
   cmd->add_option("--perturb", a->options.perturb_scale,
                   "Scale of the target's layers past the draft's (smaller: the draft agrees more often)")
       ->check(CLI::Range(0.0, 10.0));
+  cmd->add_option("--outliers", a->options.outlier_channels,
+                  "Activation-outlier channels: this many residual-stream channels get --outlier-scale times larger "
+                  "attn_norm / ffn_norm weights")
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--outlier-scale", a->options.outlier_scale, "Norm-weight factor of the outlier channels")
+      ->check(CLI::Range(1.0, 1e4));
   cmd->callback([&run, a, cmd] {
     run = [a, cmd] {
       if (!a->preset.empty()) {

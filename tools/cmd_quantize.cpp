@@ -1,13 +1,14 @@
 // kestrel quantize: write a model quantized to a scheme with llama.cpp's per-tensor rules, from an F32, F16
 // or BF16 GGUF file (model/model_quantizer.h).
 //
-//   kestrel quantize IN.gguf OUT.gguf TYPE [--pure] [-t N] [--calib TEXT [--method imatrix|gptq] [-c 512]
+//   kestrel quantize IN.gguf OUT.gguf TYPE [--pure] [-t N] [--calib TEXT [--method imatrix|gptq|awq] [-c 512]
 //                    [--calib-chunks N] [--gptq-damp 0.01] [--gptq-act-order]]
 //
 // --method rtn (the default without --calib) rounds each block to nearest; imatrix (the default with
 // --calib) first runs the model over the calibration text to measure each matrix's input channels
 // (model/calibration.h) and fits every block to the importance-weighted error; gptq measures each matrix
-// input's Hessian instead and quantizes block-format tensors by GPTQ (quant/gptq.h).
+// input's Hessian instead and quantizes block-format tensors by GPTQ (quant/gptq.h); awq measures the
+// Hessians too, searches activation-aware channel scales and folds them into the model (model/awq_fold.h).
 // Prints progress bars on a terminal, then a line per tensor (shape, types, sizes, relative RMS error of
 // the converted weights) and the totals.
 #include <cstdio>
@@ -62,7 +63,7 @@ bool calibrate(const QuantizeArgs& a, const std::string& method, ThreadPool& poo
   const auto chunks = calibration_chunks(a, *model);
   if (chunks.empty()) return false;
   Timer timer;
-  if (method == "gptq") {
+  if (method == "gptq" || method == "awq") {
     auto measured = collect_hessians(*model, pool, chunks, progress_bar("calibrating"));
     if (!measured.ok()) {
       std::fprintf(stderr, "error: %s\n", measured.error().c_str());
@@ -82,7 +83,7 @@ bool calibrate(const QuantizeArgs& a, const std::string& method, ThreadPool& poo
   for (const auto& c : chunks) n_tokens += c.size();
   std::fprintf(stderr, "calibration: %zu chunks, %zu tokens, %zu matrices measured in %.1f s", chunks.size(), n_tokens,
                importance.tensors.size(), timer.elapsed_s());
-  if (method == "gptq") std::fprintf(stderr, " (Hessians: %.1f MiB)", static_cast<double>(hessians.bytes()) / (1024.0 * 1024.0));
+  if (!hessians.tensors.empty()) std::fprintf(stderr, " (Hessians: %.1f MiB)", static_cast<double>(hessians.bytes()) / (1024.0 * 1024.0));
   std::fprintf(stderr, "\n");
   return true;
 }
@@ -100,9 +101,9 @@ void add_quantize(CLI::App& app, Action& run) {
   cmd->add_option("-t,--threads", a->threads, "Threads")->check(CLI::Range(1, 1024));
   cmd->add_option("--calib", a->calib_file, "Calibration text (plain text, tokenized by the model)");
   cmd->add_option("--method", a->method,
-                  "rtn (round to nearest), imatrix (importance-weighted) or gptq (error compensation through the "
-                  "inverse Hessian); the last two need --calib")
-      ->check(CLI::IsMember({"rtn", "imatrix", "gptq"}));
+                  "rtn (round to nearest), imatrix (importance-weighted), gptq (error compensation through the "
+                  "inverse Hessian) or awq (activation-aware channel scales); all but rtn need --calib")
+      ->check(CLI::IsMember({"rtn", "imatrix", "gptq", "awq"}));
   cmd->add_option("--gptq-damp", a->gptq.damp, "GPTQ damping: fraction of the Hessian's mean diagonal added to it")
       ->check(CLI::Range(0.0, 10.0));
   cmd->add_flag("--gptq-act-order", a->gptq.act_order, "GPTQ: quantize columns in order of decreasing activation energy");
@@ -130,8 +131,12 @@ void add_quantize(CLI::App& app, Action& run) {
       HessianSet hessians;
       if (method != "rtn" && !calibrate(*a, method, pool, importance, hessians)) return 1;
       QuantizeOptions options{a->input, a->output, *scheme, a->pure};
+      options.method = method == "imatrix" ? QuantMethod::Importance
+                       : method == "gptq"  ? QuantMethod::Gptq
+                       : method == "awq"   ? QuantMethod::Awq
+                                           : QuantMethod::RoundToNearest;
       if (method != "rtn") options.importance = &importance;
-      if (method == "gptq") options.hessians = &hessians;
+      if (method == "gptq" || method == "awq") options.hessians = &hessians;
       options.gptq = a->gptq;
       auto report = quantize_model(options, pool, progress_bar("quantizing"));
       if (!report.ok()) {
@@ -147,6 +152,8 @@ void add_quantize(CLI::App& app, Action& run) {
         if (t.converted) std::printf("  rel. error %.4f (%s)", t.rel_error, quant_method_name(t.method));
         std::printf("\n");
       }
+      for (const AwqGroupReport& g : r.awq_groups)
+        std::printf("awq %-28s alpha %.2f  output error %.3g -> %.3g\n", g.matrices.c_str(), g.alpha, g.error_before, g.error_after);
       std::printf("%s: %.2f MiB -> %.2f MiB of tensors, %.2f bits per converted weight, %.1f s\n", scheme->name.c_str(),
                   r.bytes_in / kMiB, r.bytes_out / kMiB, r.bits_per_weight(), timer.elapsed_s());
       return 0;

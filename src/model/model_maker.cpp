@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -76,6 +77,7 @@ struct TensorPlan {
   DType type;
   bool is_norm;  // 1-D: filled around 1 instead of 0
   float scale = 1.0f;  // multiplies the random values (a speculative pair's perturbed output projections)
+  bool outliers = false;  // a residual-stream norm: the outlier channels are scaled up
 };
 
 // A tensor's random stream is keyed by its name (FNV-1a), so two models that share tensor names share
@@ -87,6 +89,16 @@ uint64_t name_key(const std::string& name) {
 }
 
 }  // namespace
+
+std::vector<int> outlier_channels(int n_embd, int count, uint64_t seed) {
+  std::vector<int> all(static_cast<size_t>(n_embd));
+  for (int i = 0; i < n_embd; ++i) all[static_cast<size_t>(i)] = i;
+  std::mt19937_64 rng(seed ^ 0x071E5ull);
+  std::shuffle(all.begin(), all.end(), rng);
+  all.resize(static_cast<size_t>(std::clamp(count, 0, n_embd)));
+  std::sort(all.begin(), all.end());
+  return all;
+}
 
 bool preset_shape(const std::string& name, ModelShape& s) {
   if (name == "tinyllama") {
@@ -140,7 +152,7 @@ Status make_model(const MakeModelOptions& options, const std::string& path,
   matrix("token_embd.weight", {E, V});
   for (int il = 0; il < s.n_layers; ++il) {
     const std::string p = "blk." + std::to_string(il) + ".";
-    plan.push_back({p + "attn_norm.weight", {E}, DType::F32, true});
+    plan.push_back({p + "attn_norm.weight", {E}, DType::F32, true, 1.0f, true});
     if (mla) {
       matrix(p + "attn_q_a.weight", {E, q_lora});
       plan.push_back({p + "attn_q_a_norm.weight", {q_lora}, DType::F32, true});
@@ -167,7 +179,7 @@ Status make_model(const MakeModelOptions& options, const std::string& path,
     // Layers past a draft's are perturbations: their outputs into the residual stream are scaled down.
     const float out_scale = options.perturb_from_layer >= 0 && il >= options.perturb_from_layer ? options.perturb_scale : 1.0f;
     matrix(p + "attn_output.weight", {Dv, E}, out_scale);
-    plan.push_back({p + "ffn_norm.weight", {E}, DType::F32, true});
+    plan.push_back({p + "ffn_norm.weight", {E}, DType::F32, true, 1.0f, true});
     if (s.n_expert > 0 && il >= dense_lead) {
       plan.push_back({p + "ffn_gate_inp.weight", {E, s.n_expert}, DType::F32, false});
       if (n_shared > 0) {
@@ -232,6 +244,7 @@ Status make_model(const MakeModelOptions& options, const std::string& path,
   size_t total = 0, done = 0;
   for (size_t i = 0; i < plan.size(); ++i) total += w.tensor_bytes(i);
   const unsigned n_threads = std::max(1u, std::thread::hardware_concurrency());
+  const std::vector<int> outliers = outlier_channels(s.n_embd, options.outlier_channels, options.seed);
   return w.write(path, [&](size_t index, std::vector<uint8_t>& bytes) {
     const TensorPlan& t = plan[index];
     const int64_t n_in = t.dims[0];
@@ -244,6 +257,8 @@ Status make_model(const MakeModelOptions& options, const std::string& path,
         for (size_t r = th; r < n_rows; r += n_threads) {
           const uint64_t stream = options.seed * 0x100000001B3ull ^ name_key(t.name) ^ (r * 0x9E3779B97F4A7C15ull);
           fill_normal(row.data(), row.size(), stream, t.is_norm ? 1.0f : 0.0f, t.is_norm ? 0.1f : 0.05f * t.scale);
+          if (t.outliers)
+            for (int c : outliers) row[static_cast<size_t>(c)] *= options.outlier_scale;
           quantize_row(t.type, row.data(), bytes.data() + r * row_size, row.size());
         }
       });

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 
@@ -37,7 +38,15 @@ struct MakeModelOptions {
   // most of its tokens. Tensors are seeded by name, so the pair shares every tensor it has in common.
   int perturb_from_layer = -1;
   float perturb_scale = 1.0f;
+  // Activation outliers, as trained LLMs have them: this many channels of the residual stream (spread
+  // over it, the same in every layer) get norm weights outlier_scale times larger in attn_norm and
+  // ffn_norm, so every matrix that reads a normalised input sees those channels that much larger.
+  int outlier_channels = 0;
+  float outlier_scale = 20.0f;
 };
+
+// The channels make_model plants outliers on: `count` of [0, n_embd), sorted.
+std::vector<int> outlier_channels(int n_embd, int count, uint64_t seed);
 
 Status make_model(const MakeModelOptions& options, const std::string& path,
                   const std::function<void(double)>& progress = {});

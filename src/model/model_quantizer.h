@@ -10,29 +10,38 @@
 #include "core/dtype.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "model/awq_fold.h"
 #include "model/calibration.h"
+#include "quant/awq.h"
 #include "quant/gptq.h"
 #include "quant/recipe.h"
 
 namespace kestrel {
 
+// How a tensor is converted.
+enum class QuantMethod {
+  Copy,            // not converted
+  RoundToNearest,  // quant/quantize.h
+  Importance,      // scales searched for the least importance-weighted error (quant/importance_quantize.h)
+  Gptq,            // error compensation through the inverse Hessian (quant/gptq.h)
+  Awq,             // activation-aware channel scales folded into the model, then rounded (model/awq_fold.h)
+};
+const char* quant_method_name(QuantMethod method);
+
 struct QuantizeOptions {
   std::string input, output;
   QuantScheme scheme;
   bool pure = false;  // every quantized tensor of the scheme's base type (llama.cpp's --pure)
-  // With an importance matrix, each block's scales are searched for the least importance-weighted error
-  // (quant/importance_quantize.h; tensors it has no entry for get the search with equal weights); without
-  // one, round to nearest (quant/quantize.h).
+  // RoundToNearest, Importance (needs `importance`), Gptq or Awq (need `hessians`). Tensors the method
+  // does not reach get the importance search where `importance` is given (with equal weights where it has
+  // no entry), else round to nearest: GPTQ handles block formats with a Hessian, AWQ the matrices of the
+  // groups it folds.
+  QuantMethod method = QuantMethod::RoundToNearest;
   const ImportanceMatrix* importance = nullptr;
-  // With Hessians, every block-format tensor slice that has one is quantized by GPTQ (quant/gptq.h), which
-  // takes its importance from H's diagonal; other tensors as above.
   const HessianSet* hessians = nullptr;
   GptqOptions gptq{};
+  AwqOptions awq{};
 };
-
-// How a tensor was converted.
-enum class QuantMethod { Copy, RoundToNearest, Importance, Gptq };
-const char* quant_method_name(QuantMethod method);
 
 // One tensor of the written file.
 struct TensorQuantReport {
@@ -42,11 +51,12 @@ struct TensorQuantReport {
   size_t bytes_in = 0, bytes_out = 0;
   bool converted = false;   // false: copied unchanged
   QuantMethod method = QuantMethod::Copy;
-  double rel_error = 0.0;   // converted: RMS of (dequantized - source) / RMS of source
+  double rel_error = 0.0;   // converted: RMS of (dequantized - source) / RMS of source (AWQ: the scaled source)
 };
 
 struct QuantizeReport {
   std::vector<TensorQuantReport> tensors;  // in file order
+  std::vector<AwqGroupReport> awq_groups;  // with AWQ: each group's alpha and scored error
   size_t bytes_in = 0, bytes_out = 0;      // tensor data
   int64_t converted_weights = 0;
   size_t converted_bytes_out = 0;
@@ -56,7 +66,8 @@ struct QuantizeReport {
   }
 };
 
-// Errors: the input cannot be read, GPTQ fails on a tensor (a Hessian that is not positive definite), a tensor the scheme converts is already quantized to another type
+// Errors: the input cannot be read, the method lacks its calibration data, GPTQ fails on a tensor (a Hessian
+// that is not positive definite), a tensor the scheme converts is already quantized to another type
 // (requantizing compounds the error: start from an F32, F16 or BF16 file), or the output cannot be written.
 // progress(fraction of the input's tensor bytes done) may be empty.
 Result<QuantizeReport> quantize_model(const QuantizeOptions& options, ThreadPool& pool,

@@ -10,6 +10,10 @@
 namespace kestrel {
 namespace {
 
+// Round half away from zero, inline (std::nearbyint is a library call without SSE4.1 in the baseline ISA,
+// and the searches below round every weight for every candidate).
+inline float round_half_away(float v) { return static_cast<float>(static_cast<int>(v + (v >= 0.0f ? 0.5f : -0.5f))); }
+
 // Weights of one block: w, or all ones where w is null or sums to zero over the block.
 const float* block_weights(const float* w, int n, float* ones) {
   double sum = 0;
@@ -32,15 +36,16 @@ float search_symmetric(const float* x, const float* w, int n, int qmin, int qmax
   float best_d = vmax / static_cast<float>(qmin);
   for (int k = -steps; k <= steps; ++k) {
     const float d = vmax / (static_cast<float>(qmin) + span * static_cast<float>(k) / static_cast<float>(steps));
-    double sxq = 0, sqq = 0;
+    const float id = 1.0f / d;
+    float sxq = 0, sqq = 0;  // float sums of at most 256 terms: ample for choosing a scale
     for (int i = 0; i < n; ++i) {
-      const float q = std::clamp(std::nearbyint(x[i] / d), static_cast<float>(qmin), static_cast<float>(qmax));
-      sxq += static_cast<double>(w[i]) * x[i] * q;
-      sqq += static_cast<double>(w[i]) * q * q;
+      const float q = std::clamp(round_half_away(x[i] * id), static_cast<float>(qmin), static_cast<float>(qmax));
+      sxq += w[i] * x[i] * q;
+      sqq += w[i] * q * q;
     }
     if (sqq <= 0) continue;
     const double error = -sxq * sxq / sqq;  // sum w x^2 - (sum w x q)^2 / sum w q^2, less the constant
-    if (error < best) best = error, best_d = static_cast<float>(sxq / sqq);
+    if (error < best) best = error, best_d = sxq / sqq;
   }
   return best_d;
 }
@@ -62,7 +67,7 @@ void search_asymmetric(const float* x, const float* w, int n, int nmax, float sp
     double s0 = 0, s1 = 0, s2 = 0, sx = 0, sxq = 0;
     float q[kQK];
     for (int i = 0; i < n; ++i) {
-      q[i] = std::clamp(std::nearbyint(iscale * (x[i] - lo)), 0.0f, static_cast<float>(nmax));
+      q[i] = std::clamp(round_half_away(iscale * (x[i] - lo)), 0.0f, static_cast<float>(nmax));
       s0 += w[i], s1 += w[i] * q[i], s2 += static_cast<double>(w[i]) * q[i] * q[i];
       sx += static_cast<double>(w[i]) * x[i], sxq += static_cast<double>(w[i]) * x[i] * q[i];
     }

@@ -1,0 +1,150 @@
+#include "quant/awq.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "quant/importance_quantize.h"
+#include "quant/quantize.h"
+
+namespace kestrel {
+namespace {
+
+// sum over scored rows r of d_r H d_r^T (d = W' - W) and of w_r H w_r^T, for one matrix under scales s.
+void score(const AwqMatrix& m, int64_t n_in, const float* h, const std::vector<float>& s, int64_t max_rows, ThreadPool& pool,
+           double& error, double& energy) {
+  const int64_t stride = std::max<int64_t>(1, m.n_out / std::max<int64_t>(1, max_rows));
+  const int64_t n_rows = (m.n_out + stride - 1) / stride;
+  std::vector<double> err(static_cast<size_t>(pool.n_threads()), 0.0), ref(err.size(), 0.0);  // [threads]
+  pool.parallel_for_dynamic(static_cast<size_t>(n_rows), 1, [&](size_t begin, size_t end, int thread) {
+    const size_t n = static_cast<size_t>(n_in);
+    std::vector<float> scaled(n), back(n), d(n), importance(n), hd(n), hw(n);  // [n_in]
+    std::vector<uint8_t> row(row_bytes(m.type, n));
+    for (size_t j = 0; j < n; ++j) importance[j] = std::max(h[j * n + j], 0.0f) / (s[j] * s[j]);  // of the scaled inputs
+    for (size_t i = begin; i < end; ++i) {
+      const float* w = m.w + static_cast<int64_t>(i) * stride * n_in;
+      for (size_t j = 0; j < n; ++j) scaled[j] = w[j] * s[j];
+      quantize_row_weighted(m.type, scaled.data(), row.data(), n, importance.data());
+      dequantize_row(m.type, row.data(), back.data(), n);
+      for (size_t j = 0; j < n; ++j) d[j] = back[j] / s[j] - w[j];
+      // hd = H d and hw = H w as sums of H's rows (H is symmetric): element-wise, so they vectorise.
+      std::fill(hd.begin(), hd.end(), 0.0f);
+      std::fill(hw.begin(), hw.end(), 0.0f);
+      for (size_t b = 0; b < n; ++b) {
+        const float* hb = h + b * n;
+        const float db = d[b], wb = w[b];
+        for (size_t a = 0; a < n; ++a) hd[a] += db * hb[a], hw[a] += wb * hb[a];
+      }
+      double e = 0, r = 0;
+      for (size_t a = 0; a < n; ++a) e += static_cast<double>(d[a]) * hd[a], r += static_cast<double>(w[a]) * hw[a];
+      err[static_cast<size_t>(thread)] += e, ref[static_cast<size_t>(thread)] += r;
+    }
+  });
+  for (size_t t = 0; t < err.size(); ++t) error += err[t], energy += ref[t];
+}
+
+}  // namespace
+
+AwqScales awq_search(std::span<const AwqMatrix> ms, int64_t n_in, const float* h, const AwqOptions& options, ThreadPool& pool,
+                     std::span<const int64_t> tie) {
+  AwqScales best;
+  best.s.assign(static_cast<size_t>(n_in), 1.0f);
+  const size_t n = static_cast<size_t>(n_in);
+  // Per channel: log RMS activation, pooled over tied channels; dead channels at the smallest live value.
+  std::vector<double> act(n);  // [n_in]
+  for (size_t j = 0; j < n; ++j) act[j] = std::max(h[j * n + j], 0.0f);
+  if (!tie.empty()) {
+    std::vector<double> sum(n, 0.0), count(n, 0.0);  // [n_in] by tie key
+    for (size_t j = 0; j < n; ++j) sum[static_cast<size_t>(tie[j])] += act[j], count[static_cast<size_t>(tie[j])] += 1;
+    for (size_t j = 0; j < n; ++j) act[j] = sum[static_cast<size_t>(tie[j])] / count[static_cast<size_t>(tie[j])];
+  }
+  double floor = std::numeric_limits<double>::infinity();
+  for (double v : act)
+    if (v > 0) floor = std::min(floor, v);
+  if (!std::isfinite(floor)) return best;  // no channel saw a token
+  for (double& v : act) v = 0.5 * std::log(std::max(v, floor));
+
+  double best_error = std::numeric_limits<double>::infinity();
+  std::vector<float> s(n);
+  for (int k = 0; k <= options.grid; ++k) {
+    const double alpha = static_cast<double>(k) / options.grid;
+    double mean = 0;
+    for (size_t j = 0; j < n; ++j) mean += alpha * act[j];
+    mean /= static_cast<double>(n);
+    for (size_t j = 0; j < n; ++j) s[j] = static_cast<float>(std::exp(alpha * act[j] - mean));
+    double error = 0, energy = 0;
+    for (const AwqMatrix& m : ms)
+      if (dtype_traits(m.type).block_elems > 1 && n % dtype_traits(m.type).block_elems == 0)
+        score(m, n_in, h, s, options.max_rows, pool, error, energy);
+    if (energy <= 0) return best;  // nothing quantized in this group
+    const double relative = error / energy;
+    if (k == 0) best.error_before = relative;
+    if (relative < best_error) {
+      best_error = relative;
+      best.alpha = alpha;
+      best.s = s;
+      best.error_after = relative;
+    }
+  }
+  return best;
+}
+
+void awq_clip_quantize_row(DType type, const float* x, void* row, size_t n, const float* h_groups, const float* importance) {
+  constexpr size_t kGroup = 32;
+  const auto& traits = dtype_traits(type);
+  const size_t bs = traits.block_elems;
+  if (bs < kGroup || bs % kGroup || n % bs) {  // float types, or blocks that are not whole groups
+    quantize_row_weighted(type, x, row, n, importance);
+    return;
+  }
+  std::vector<float> clipped(bs), back(bs);  // [bs] one block
+  auto* out = static_cast<uint8_t*>(row);
+  for (size_t b0 = 0; b0 < n; b0 += bs) {
+    uint8_t* block = out + b0 / bs * traits.block_bytes;
+    std::copy_n(x + b0, bs, clipped.data());
+    // The block's output error: sum over groups of d^T H_gg d.
+    const auto error = [&]() {
+      quantize_row_weighted(type, clipped.data(), block, bs, importance + b0);
+      dequantize_row(type, block, back.data(), bs);
+      double e = 0;
+      for (size_t g = 0; g < bs; g += kGroup) {
+        const float* hg = h_groups + (b0 + g) / kGroup * kGroup * kGroup;
+        float d[kGroup];
+        for (size_t i = 0; i < kGroup; ++i) d[i] = back[g + i] - x[b0 + g + i];
+        for (size_t i = 0; i < kGroup; ++i) {
+          double hd = 0;
+          for (size_t j = 0; j < kGroup; ++j) hd += static_cast<double>(hg[i * kGroup + j]) * d[j];
+          e += d[i] * hd;
+        }
+      }
+      return e;
+    };
+    for (size_t g = 0; g < bs; g += kGroup) {
+      float lo = 0, hi = 0;
+      for (size_t i = 0; i < kGroup; ++i) lo = std::min(lo, x[b0 + g + i]), hi = std::max(hi, x[b0 + g + i]);
+      float best_ratio = 1.0f;
+      double best = std::numeric_limits<double>::infinity();
+      for (int k = 0; k <= 20; ++k) {
+        const float ratio = 1.0f - 0.025f * static_cast<float>(k);
+        for (size_t i = 0; i < kGroup; ++i) clipped[g + i] = std::clamp(x[b0 + g + i], ratio * lo, ratio * hi);
+        const double e = error();
+        if (e < best) best = e, best_ratio = ratio;
+      }
+      for (size_t i = 0; i < kGroup; ++i) clipped[g + i] = std::clamp(x[b0 + g + i], best_ratio * lo, best_ratio * hi);
+    }
+    quantize_row_weighted(type, clipped.data(), block, bs, importance + b0);
+  }
+}
+
+std::vector<float> awq_group_hessians(const float* h, int64_t n, const std::vector<float>& s) {
+  constexpr int64_t kGroup = 32;
+  std::vector<float> out(static_cast<size_t>(n * kGroup));  // [n / 32][32][32]
+  for (int64_t g = 0; g < n; g += kGroup)
+    for (int64_t i = 0; i < kGroup; ++i)
+      for (int64_t j = 0; j < kGroup; ++j)
+        out[static_cast<size_t>(g * kGroup + i * kGroup + j)] =
+            h[(g + i) * n + g + j] / (s[static_cast<size_t>(g + i)] * s[static_cast<size_t>(g + j)]);
+  return out;
+}
+
+}  // namespace kestrel
