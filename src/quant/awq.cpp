@@ -91,49 +91,35 @@ AwqScales awq_search(std::span<const AwqMatrix> ms, int64_t n_in, const float* h
 
 void awq_clip_quantize_row(DType type, const float* x, void* row, size_t n, const float* h_groups, const float* importance) {
   constexpr size_t kGroup = 32;
-  const auto& traits = dtype_traits(type);
-  const size_t bs = traits.block_elems;
+  const size_t bs = dtype_traits(type).block_elems;
   if (bs < kGroup || bs % kGroup || n % bs) {  // float types, or blocks that are not whole groups
     quantize_row_weighted(type, x, row, n, importance);
     return;
   }
-  std::vector<float> clipped(bs), back(bs);  // [bs] one block
-  auto* out = static_cast<uint8_t*>(row);
-  for (size_t b0 = 0; b0 < n; b0 += bs) {
-    uint8_t* block = out + b0 / bs * traits.block_bytes;
-    std::copy_n(x + b0, bs, clipped.data());
-    // The block's output error: sum over groups of d^T H_gg d.
-    const auto error = [&]() {
-      quantize_row_weighted(type, clipped.data(), block, bs, importance + b0);
-      dequantize_row(type, block, back.data(), bs);
-      double e = 0;
-      for (size_t g = 0; g < bs; g += kGroup) {
-        const float* hg = h_groups + (b0 + g) / kGroup * kGroup * kGroup;
-        float d[kGroup];
-        for (size_t i = 0; i < kGroup; ++i) d[i] = back[g + i] - x[b0 + g + i];
-        for (size_t i = 0; i < kGroup; ++i) {
-          double hd = 0;
-          for (size_t j = 0; j < kGroup; ++j) hd += static_cast<double>(hg[i * kGroup + j]) * d[j];
-          e += d[i] * hd;
-        }
+  std::vector<float> clipped(x, x + n);  // [n]
+  float fitted[kGroup], d[kGroup];
+  for (size_t g = 0; g < n; g += kGroup) {
+    const float* hg = h_groups + g / kGroup * kGroup * kGroup;
+    float lo = 0, hi = 0;
+    for (size_t i = 0; i < kGroup; ++i) lo = std::min(lo, x[g + i]), hi = std::max(hi, x[g + i]);
+    float best_ratio = 1.0f;
+    double best = std::numeric_limits<double>::infinity();
+    for (int k = 0; k <= 20; ++k) {
+      const float ratio = 1.0f - 0.025f * static_cast<float>(k);
+      for (size_t i = 0; i < kGroup; ++i) clipped[g + i] = std::clamp(x[g + i], ratio * lo, ratio * hi);
+      fit_group_weighted(type, clipped.data() + g, importance + g, fitted);
+      for (size_t i = 0; i < kGroup; ++i) d[i] = fitted[i] - x[g + i];
+      double e = 0;  // d^T H_gg d
+      for (size_t i = 0; i < kGroup; ++i) {
+        float hd = 0;
+        for (size_t j = 0; j < kGroup; ++j) hd += hg[i * kGroup + j] * d[j];
+        e += static_cast<double>(d[i]) * hd;
       }
-      return e;
-    };
-    for (size_t g = 0; g < bs; g += kGroup) {
-      float lo = 0, hi = 0;
-      for (size_t i = 0; i < kGroup; ++i) lo = std::min(lo, x[b0 + g + i]), hi = std::max(hi, x[b0 + g + i]);
-      float best_ratio = 1.0f;
-      double best = std::numeric_limits<double>::infinity();
-      for (int k = 0; k <= 20; ++k) {
-        const float ratio = 1.0f - 0.025f * static_cast<float>(k);
-        for (size_t i = 0; i < kGroup; ++i) clipped[g + i] = std::clamp(x[b0 + g + i], ratio * lo, ratio * hi);
-        const double e = error();
-        if (e < best) best = e, best_ratio = ratio;
-      }
-      for (size_t i = 0; i < kGroup; ++i) clipped[g + i] = std::clamp(x[b0 + g + i], best_ratio * lo, best_ratio * hi);
+      if (e < best) best = e, best_ratio = ratio;
     }
-    quantize_row_weighted(type, clipped.data(), block, bs, importance + b0);
+    for (size_t i = 0; i < kGroup; ++i) clipped[g + i] = std::clamp(x[g + i], best_ratio * lo, best_ratio * hi);
   }
+  quantize_row_weighted(type, clipped.data(), row, n, importance);
 }
 
 std::vector<float> awq_group_hessians(const float* h, int64_t n, const std::vector<float>& s) {

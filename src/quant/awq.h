@@ -45,11 +45,11 @@ struct AwqScales {
 AwqScales awq_search(std::span<const AwqMatrix> ms, int64_t n_in, const float* h, const AwqOptions& options,
                      ThreadPool& pool, std::span<const int64_t> tie = {});
 
-// AWQ's clipping search, for the final rounding of a scaled row: each group of 32 weights, in turn, is
-// clipped to a shrinking fraction of its range (1, 0.975, ..., 0.5) and its block quantized again by the
-// importance-weighted search; the clip kept is the one with the least output error of the block,
-// sum over its groups g of d_g^T H_gg d_g (d: decoded - unclipped weights, H_gg the inputs' Hessian on
-// the group). Earlier groups keep their chosen clip while later ones are searched.
+// AWQ's clipping search, for the final rounding of a scaled row: each group of 32 weights is clipped to a
+// shrinking fraction of its range (1, 0.975, ..., 0.5) and fitted by the importance-weighted search
+// (fit_group_weighted); the clip kept is the one with the least output error of the group, d^T H_gg d
+// (d: fitted - unclipped weights, H_gg the inputs' Hessian on the group). The row is then quantized from
+// the clipped weights.
 // row in `type` <- x[n]; h_groups [n / 32][32][32] the diagonal blocks of H; importance [n].
 void awq_clip_quantize_row(DType type, const float* x, void* row, size_t n, const float* h_groups, const float* importance);
 

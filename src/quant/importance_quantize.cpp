@@ -127,4 +127,39 @@ void quantize_row_weighted(DType type, const float* x, void* row, size_t n, cons
   }
 }
 
+void fit_group_weighted(DType type, const float* x, const float* weights, float* fitted) {
+  float ones[kQK];
+  const float* w = block_weights(weights, kQK, ones);
+  const auto symmetric = [&](int first, int n, int qmin, int qmax, float d) {
+    const float id = d ? 1.0f / d : 0.0f;
+    for (int i = first; i < first + n; ++i)
+      fitted[i] = d * std::clamp(round_half_away(x[i] * id), static_cast<float>(qmin), static_cast<float>(qmax));
+  };
+  switch (type) {
+    case DType::Q8_0: {
+      BlockQ8_0 b;
+      pack_q8_0(x, search_symmetric(x, w, kQK, -127, 127, 4.0f, 8), b);
+      dequantize_row(type, &b, fitted, kQK);
+      break;
+    }
+    case DType::Q4_0: {
+      BlockQ4_0 b;
+      pack_q4_0(x, search_symmetric(x, w, kQK, -8, 7, 1.5f, 15), b);
+      dequantize_row(type, &b, fitted, kQK);
+      break;
+    }
+    case DType::Q4_K: {
+      float scale, min;
+      search_asymmetric(x, w, kQK, 15, 1.5f, 15, scale, min);
+      const float id = scale ? 1.0f / scale : 0.0f;
+      for (int i = 0; i < kQK; ++i) fitted[i] = scale * std::clamp(round_half_away((x[i] + min) * id), 0.0f, 15.0f) - min;
+      break;
+    }
+    case DType::Q6_K:
+      for (int half = 0; half < 2; ++half) symmetric(half * 16, 16, -32, 31, search_symmetric(x + half * 16, w + half * 16, 16, -32, 31, 3.0f, 12));
+      break;
+    default: std::copy_n(x, kQK, fitted); break;
+  }
+}
+
 }  // namespace kestrel
