@@ -13,6 +13,7 @@
 #include "core/large_buffer.h"
 #include "core/thread_pool.h"
 #include "compute/cpu/packed_matrix.h"
+#include "quant/gptq.h"
 #include "quant/quantize.h"
 
 namespace {
@@ -249,9 +250,34 @@ void register_all() {
 
 }  // namespace
 
+// Offline quantization's linear algebra (quant/cholesky.h, quant/gptq.h): a GPTQ pass over one matrix of
+// n_in x n_in (the Cholesky factorisation, the triangular inverse and the column updates), 2 threads.
+void BM_Gptq(benchmark::State& state) {
+  const int64_t n = state.range(0), n_out = state.range(1);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist(0, 1);
+  const int64_t n_tok = n + 64;
+  std::vector<float> x(static_cast<size_t>(n_tok * n)), h(static_cast<size_t>(n * n), 0.0f), w(static_cast<size_t>(n_out * n));
+  for (auto& v : x) v = dist(rng);
+  for (auto& v : w) v = dist(rng) * 0.05f;
+  for (int64_t t = 0; t < n_tok; ++t)  // H = X^T X / n_tok (computed once, outside the timing)
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j <= i; ++j) h[static_cast<size_t>(i * n + j)] += x[static_cast<size_t>(t * n + i)] * x[static_cast<size_t>(t * n + j)] / n_tok;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < i; ++j) h[static_cast<size_t>(j * n + i)] = h[static_cast<size_t>(i * n + j)];
+  kestrel::ThreadPool pool(2);
+  std::vector<uint8_t> out(kestrel::row_bytes(DType::Q4_0, static_cast<size_t>(n)) * static_cast<size_t>(n_out));
+  for (auto _ : state) {
+    const auto st = kestrel::gptq_quantize(DType::Q4_0, w.data(), n_out, n, h.data(), kestrel::GptqOptions{}, out.data(), pool);
+    benchmark::DoNotOptimize(st.ok());
+  }
+}
+BENCHMARK(BM_Gptq)->Args({512, 512})->Args({1024, 1024})->Args({2048, 256})->Unit(benchmark::kMillisecond)->UseRealTime();
+
 int main(int argc, char** argv) {
   register_all();
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   return 0;
 }
+

@@ -5,7 +5,7 @@
 #include <random>
 
 #include "quant/block_grid.h"
-#include "quant/cholesky.h"
+#include "quant/linalg.h"
 #include "quant/gptq.h"
 #include "quant/importance_quantize.h"
 #include "quant/quantize.h"
@@ -18,7 +18,8 @@ namespace {
 constexpr DType kTypes[] = {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K};
 
 TEST(Cholesky, FactorsAndInvertsSymmetricPositiveDefiniteMatrices) {
-  const int64_t n = 37;
+  const int64_t n = 150;  // more than one block of rows
+  ThreadPool pool(2);
   const auto b = test::gaussian_vector(static_cast<size_t>(n * n), 3);
   std::vector<double> a(static_cast<size_t>(n * n));  // [n][n] B B^T + I
   for (int64_t i = 0; i < n; ++i)
@@ -28,7 +29,7 @@ TEST(Cholesky, FactorsAndInvertsSymmetricPositiveDefiniteMatrices) {
       a[static_cast<size_t>(i * n + j)] = s;
     }
   std::vector<double> l = a;
-  ASSERT_TRUE(cholesky_lower(l.data(), n));
+  ASSERT_TRUE(cholesky_lower(l.data(), n, pool));
   double worst = 0;
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < n; ++j) {
@@ -41,7 +42,7 @@ TEST(Cholesky, FactorsAndInvertsSymmetricPositiveDefiniteMatrices) {
     }
   EXPECT_LT(worst, 1e-9);
   std::vector<double> inv = l;
-  invert_lower(inv.data(), n);
+  invert_lower(inv.data(), n, pool);
   worst = 0;
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < n; ++j) {
@@ -52,9 +53,9 @@ TEST(Cholesky, FactorsAndInvertsSymmetricPositiveDefiniteMatrices) {
   EXPECT_LT(worst, 1e-9);
   // Not positive definite: refused.
   std::vector<double> indefinite = {1, 2, 2, 1};
-  EXPECT_FALSE(cholesky_lower(indefinite.data(), 2));
+  EXPECT_FALSE(cholesky_lower(indefinite.data(), 2, pool));
   std::vector<double> nan = {std::nan(""), 0, 0, 1};
-  EXPECT_FALSE(cholesky_lower(nan.data(), 2));
+  EXPECT_FALSE(cholesky_lower(nan.data(), 2, pool));
 }
 
 // A block's grid holds its decoded values, and writing back the codes of those values restores the block.

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "quant/importance_quantize.h"
+#include "quant/linalg.h"
 #include "quant/quantize.h"
 
 namespace kestrel {
@@ -33,7 +34,8 @@ void score(const AwqMatrix& m, int64_t n_in, const float* h, const std::vector<f
       for (size_t b = 0; b < n; ++b) {
         const float* hb = h + b * n;
         const float db = d[b], wb = w[b];
-        for (size_t a = 0; a < n; ++a) hd[a] += db * hb[a], hw[a] += wb * hb[a];
+        axpy(db, hb, hd.data(), n_in);
+        axpy(wb, hb, hw.data(), n_in);
       }
       double e = 0, r = 0;
       for (size_t a = 0; a < n; ++a) e += static_cast<double>(d[a]) * hd[a], r += static_cast<double>(w[a]) * hw[a];

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "quant/block_grid.h"
-#include "quant/cholesky.h"
+#include "quant/linalg.h"
 #include "quant/importance_quantize.h"
 #include "quant/quantize.h"
 
@@ -17,7 +17,7 @@ namespace {
 // U [n][n] (upper triangular) with U^T U = H^-1, H [n][n] given in the order `perm` visits columns, damped.
 // With J the order-reversing permutation, chol(J H J) = M gives H^-1 = (J M^-1 J)^T (J M^-1 J) and J M^-1 J
 // is upper triangular: one factorisation and one triangular inverse.
-bool inverse_factor(const float* h, const std::vector<int64_t>& perm, double damp, std::vector<float>& u) {
+bool inverse_factor(const float* h, const std::vector<int64_t>& perm, double damp, std::vector<float>& u, ThreadPool& pool) {
   const int64_t n = static_cast<int64_t>(perm.size());
   double mean_diag = 0;
   for (int64_t i = 0; i < n; ++i) mean_diag += h[i * n + i];
@@ -31,8 +31,8 @@ bool inverse_factor(const float* h, const std::vector<int64_t>& perm, double dam
       m[static_cast<size_t>(i * n + j)] = v;
     }
   }
-  if (!cholesky_lower(m.data(), n)) return false;
-  invert_lower(m.data(), n);
+  if (!cholesky_lower(m.data(), n, pool)) return false;
+  invert_lower(m.data(), n, pool);
   u.assign(static_cast<size_t>(n * n), 0.0f);
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = i; j < n; ++j) u[static_cast<size_t>(i * n + j)] = static_cast<float>(m[static_cast<size_t>((n - 1 - i) * n + (n - 1 - j))]);
@@ -65,7 +65,7 @@ Status gptq_quantize(DType type, const float* w, int64_t n_out, int64_t n_in, co
 
   std::vector<float> u;  // [n_in][n_in]
   double damp = options.damp;
-  while (!inverse_factor(h, perm, damp, u)) {
+  while (!inverse_factor(h, perm, damp, u, pool)) {
     damp *= 10;
     if (damp > options.damp * 1000 + 1e-9) return Error{"GPTQ: the input Hessian is not positive definite"};
   }
@@ -110,7 +110,7 @@ Status gptq_quantize(DType type, const float* w, int64_t n_out, int64_t n_in, co
             const float* up = u.data() + p * n_in;
             const float err = (x[p] - (s * static_cast<float>(q) + o)) / up[p];
             e[p - b0] = err;
-            for (int64_t j = p + 1; j < b1; ++j) x[j] -= err * up[j];
+            axpy(-err, up + p + 1, x + p + 1, b1 - p - 1);
           }
         }
         for (int64_t k = 0; k < b1 - b0; ++k) {
@@ -118,7 +118,7 @@ Status gptq_quantize(DType type, const float* w, int64_t n_out, int64_t n_in, co
           for (int64_t r = 0; r < t.rows; ++r) {
             const float err = t.errors[static_cast<size_t>(r * batch + k)];
             float* x = t.w.data() + r * n_in;
-            for (int64_t j = b1; j < n_in; ++j) x[j] -= err * up[j];
+            axpy(-err, up + b1, x + b1, n_in - b1);
           }
         }
       }

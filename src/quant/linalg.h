@@ -1,0 +1,23 @@
+// Dense linear algebra for calibration-aware quantization: Cholesky factorisation and triangular inversion
+// of the symmetric positive-definite Hessians X^T X of a layer's inputs (quant/gptq.h; row-major, double
+// precision, in place), and the vector update the column-by-column quantizers run. Vectorised for the CPU
+// it runs on (core/simd_clones.h).
+#pragma once
+#include <cstdint>
+
+#include "core/thread_pool.h"
+
+namespace kestrel {
+
+// a [n][n] symmetric (only its lower triangle is read) <- L, lower triangular with a positive diagonal,
+// a = L L^T; the strict upper triangle is set to zero. Returns false (a partly overwritten) when a is not
+// positive definite. Rows are shared out over the pool.
+bool cholesky_lower(double* a, int64_t n, ThreadPool& pool);
+
+// l [n][n] lower triangular with a nonzero diagonal <- its inverse (also lower triangular).
+void invert_lower(double* l, int64_t n, ThreadPool& pool);
+
+// y[i] += a * x[i] for i < n.
+void axpy(float a, const float* x, float* y, int64_t n);
+
+}  // namespace kestrel
