@@ -99,8 +99,29 @@ TEST(Cli, QuantizeWritesARunnableModel) {
   EXPECT_NE(test::run_command(kestrel_cmd("quantize " + quantized + " " + source + ".2 q8_0 2>&1"), out), 0);
   EXPECT_NE(out.find("already"), std::string::npos) << out;
   EXPECT_NE(test::run_command(kestrel_cmd("quantize " + source + " " + source + " q8_0 2>&1"), out), 0);
-  std::filesystem::remove(source);
-  std::filesystem::remove(quantized);
+  // Calibration, with the importance saved in llama.cpp's imatrix format and used again from the file.
+  const std::string calib = test::temp_path("cli-calib.txt"), imatrix = test::temp_path("cli-imatrix.dat");
+  {
+    std::ofstream text(calib);
+    for (int i = 0; i < 40; ++i) text << "Once upon a time there was a little cat who liked the sun. ";
+  }
+  for (const char* method : {"imatrix", "gptq", "awq"}) {
+    ASSERT_EQ(test::run_command(kestrel_cmd("quantize " + source + " " + quantized + " q4_0 --calib " + calib + " -c 64 --method " + method +
+                                            " --imatrix-out " + imatrix + " 2>&1"),
+                                out),
+              0)
+        << out;
+    EXPECT_NE(out.find(std::string("(") + method + ")"), std::string::npos) << out;
+  }
+  ASSERT_EQ(test::run_command(kestrel_cmd("quantize " + source + " " + quantized + " q4_0 --imatrix " + imatrix + " 2>&1"), out), 0) << out;
+  EXPECT_NE(out.find("(imatrix)"), std::string::npos) << out;
+  ASSERT_EQ(test::run_command(kestrel_cmd("generate -m " + quantized + " -p 'hello' -n 4 -t 2 2>/dev/null"), out), 0);
+  EXPECT_NE(test::run_command(kestrel_cmd("quantize " + source + " " + quantized + " q4_0 --method gptq 2>&1"), out), 0);
+  EXPECT_NE(out.find("--calib"), std::string::npos) << out;
+  EXPECT_NE(test::run_command(kestrel_cmd("quantize " + source + " " + quantized + " q4_0 --method awq --imatrix " + imatrix + " 2>&1"), out), 0);
+  EXPECT_NE(test::run_command(kestrel_cmd("quantize " + source + " " + quantized + " q4_0 --imatrix " + calib + " 2>&1"), out), 0);
+  EXPECT_NE(out.find("imatrix"), std::string::npos) << out;
+  for (const std::string& f : {source, quantized, calib, imatrix}) std::filesystem::remove(f);
 }
 
 // kestrel bench: llama-bench's JSON fields, one row per test, decode rows with their bandwidth ceiling.

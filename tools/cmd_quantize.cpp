@@ -2,19 +2,24 @@
 // or BF16 GGUF file (model/model_quantizer.h).
 //
 //   kestrel quantize IN.gguf OUT.gguf TYPE [--pure] [-t N] [--calib TEXT [--method imatrix|gptq|awq] [-c 512]
-//                    [--calib-chunks N] [--gptq-damp 0.01] [--gptq-act-order]]
+//                    [--calib-chunks N] [--imatrix-out FILE] [--gptq-damp 0.01] [--gptq-act-order]]
+//                    [--imatrix FILE]
 //
 // --method rtn (the default without --calib) rounds each block to nearest; imatrix (the default with
 // --calib) first runs the model over the calibration text to measure each matrix's input channels
 // (model/calibration.h) and fits every block to the importance-weighted error; gptq measures each matrix
 // input's Hessian instead and quantizes block-format tensors by GPTQ (quant/gptq.h); awq measures the
 // Hessians too, searches activation-aware channel scales and folds them into the model (model/awq_fold.h).
+// --imatrix FILE takes the importance from a file in llama.cpp's imatrix format instead of calibrating;
+// --imatrix-out FILE saves what calibration measured in that format (quant/importance_matrix.h).
 // Prints progress bars on a terminal, then a line per tensor (shape, types, sizes, relative RMS error of
 // the converted weights) and the totals.
 #include <cstdio>
+#include <map>
 
 #include "common.h"
 #include "core/timer.h"
+#include "io/gguf.h"
 #include "model/calibration.h"
 #include "model/model_quantizer.h"
 #include "tokenizer/tokenizer.h"
@@ -23,7 +28,7 @@ namespace kestrel::cli {
 namespace {
 
 struct QuantizeArgs {
-  std::string input, output, type, calib_file, method;
+  std::string input, output, type, calib_file, method, imatrix_in, imatrix_out;
   bool pure = false;
   int threads = default_threads();
   int calib_ctx = 512, calib_chunks = 0;
@@ -85,6 +90,32 @@ bool calibrate(const QuantizeArgs& a, const std::string& method, ThreadPool& poo
                importance.tensors.size(), timer.elapsed_s());
   if (!hessians.tensors.empty()) std::fprintf(stderr, " (Hessians: %.1f MiB)", static_cast<double>(hessians.bytes()) / (1024.0 * 1024.0));
   std::fprintf(stderr, "\n");
+  if (!a.imatrix_out.empty()) {
+    if (Status w = write_imatrix_file(importance, static_cast<int32_t>(chunks.size()), a.calib_file, a.imatrix_out); !w.ok()) {
+      std::fprintf(stderr, "error: %s\n", w.error().c_str());
+      return false;
+    }
+    std::fprintf(stderr, "importance matrix written to %s (llama.cpp's imatrix format)\n", a.imatrix_out.c_str());
+  }
+  return true;
+}
+
+// An importance matrix file (llama-imatrix's, or --imatrix-out's), shaped to the input model's tensors.
+bool load_imatrix(const QuantizeArgs& a, ImportanceMatrix& importance) {
+  auto read = read_imatrix_file(a.imatrix_in);
+  auto file = GgufFile::open(a.input);
+  if (!read.ok() || !file.ok()) {
+    std::fprintf(stderr, "error: %s\n", read.ok() ? file.error().c_str() : read.error().c_str());
+    return false;
+  }
+  std::map<std::string, int64_t> rows;
+  for (const TensorView& t : file->tensors()) rows[t.name] = t.ne[0];
+  importance = std::move(read).value();
+  if (Status fit = importance.fit_rows(rows); !fit.ok()) {
+    std::fprintf(stderr, "error: %s: %s\n", a.imatrix_in.c_str(), fit.error().c_str());
+    return false;
+  }
+  std::fprintf(stderr, "importance matrix: %zu tensors from %s\n", importance.tensors.size(), a.imatrix_in.c_str());
   return true;
 }
 
@@ -104,6 +135,8 @@ void add_quantize(CLI::App& app, Action& run) {
                   "rtn (round to nearest), imatrix (importance-weighted), gptq (error compensation through the "
                   "inverse Hessian) or awq (activation-aware channel scales); all but rtn need --calib")
       ->check(CLI::IsMember({"rtn", "imatrix", "gptq", "awq"}));
+  cmd->add_option("--imatrix", a->imatrix_in, "Importance matrix file (llama.cpp's imatrix format) for --method imatrix, instead of --calib");
+  cmd->add_option("--imatrix-out", a->imatrix_out, "Write the importance matrix calibration measured (llama.cpp's imatrix format)");
   cmd->add_option("--gptq-damp", a->gptq.damp, "GPTQ damping: fraction of the Hessian's mean diagonal added to it")
       ->check(CLI::Range(0.0, 10.0));
   cmd->add_flag("--gptq-act-order", a->gptq.act_order, "GPTQ: quantize columns in order of decreasing activation energy");
@@ -120,16 +153,22 @@ void add_quantize(CLI::App& app, Action& run) {
         std::fprintf(stderr, "error: the output would overwrite the input\n");
         return 1;
       }
-      const std::string method = !a->method.empty() ? a->method : a->calib_file.empty() ? "rtn" : "imatrix";
-      if (method != "rtn" && a->calib_file.empty()) {
-        std::fprintf(stderr, "error: --method %s needs --calib TEXT\n", method.c_str());
+      const bool measured = !a->calib_file.empty(), given = !a->imatrix_in.empty();
+      const std::string method = !a->method.empty() ? a->method : measured || given ? "imatrix" : "rtn";
+      if ((method == "imatrix" && !measured && !given) || ((method == "gptq" || method == "awq") && !measured)) {
+        std::fprintf(stderr, "error: --method %s needs --calib TEXT%s\n", method.c_str(), method == "imatrix" ? " or --imatrix FILE" : "");
+        return 1;
+      }
+      if (given && (measured || method != "imatrix")) {
+        std::fprintf(stderr, "error: --imatrix FILE goes with --method imatrix and without --calib\n");
         return 1;
       }
       ThreadPool pool(a->threads);
       Timer timer;
       ImportanceMatrix importance;
       HessianSet hessians;
-      if (method != "rtn" && !calibrate(*a, method, pool, importance, hessians)) return 1;
+      if (given && !load_imatrix(*a, importance)) return 1;
+      if (measured && !calibrate(*a, method, pool, importance, hessians)) return 1;
       QuantizeOptions options{a->input, a->output, *scheme, a->pure};
       options.method = method == "imatrix" ? QuantMethod::Importance
                        : method == "gptq"  ? QuantMethod::Gptq

@@ -217,13 +217,6 @@ size_t HessianSet::bytes() const {
   return total;
 }
 
-const float* ImportanceMatrix::find(const std::string& name, int64_t slice) const {
-  const auto it = tensors.find(name);
-  if (it == tensors.end() || slice < 0 || slice >= it->second.n_slices || it->second.tokens[static_cast<size_t>(slice)] == 0)
-    return nullptr;
-  return it->second.mean_square.data() + static_cast<size_t>(slice * it->second.n_in);
-}
-
 Result<ImportanceMatrix> collect_importance(const Model& model, ThreadPool& pool,
                                             const std::vector<std::vector<int32_t>>& chunks,
                                             const std::function<void(double)>& progress) {

@@ -12,22 +12,9 @@
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "model/model.h"
+#include "quant/importance_matrix.h"
 
 namespace kestrel {
-
-struct ImportanceMatrix {
-  struct Entry {
-    int64_t n_in = 0;
-    int64_t n_slices = 1;                // experts (or heads) of a 3-D tensor, else 1
-    std::vector<float> mean_square;      // [n_slices][n_in]
-    std::vector<int64_t> tokens;         // [n_slices] how many rows each slice saw
-  };
-  std::map<std::string, Entry> tensors;  // by tensor name; only matrices some token reached
-
-  // The importance of slice `slice` of tensor `name` ([n_in]), or null when it has none (never reached,
-  // e.g. token_embd, which is looked up, not multiplied).
-  const float* find(const std::string& name, int64_t slice) const;
-};
 
 // The input Hessian H = X^T X / n of every weight matrix: X [n tokens][n_in] the rows that reached it. GPTQ
 // (quant/gptq.h) compensates rounding errors through H^-1; its diagonal is the importance above.
