@@ -9,6 +9,7 @@
 #include "io/gguf.h"
 #include "model/model_maker.h"
 #include "model/model_quantizer.h"
+#include "quant/importance_quantize.h"
 #include "quant/quantize.h"
 #include "quant/recipe.h"
 #include "test_support.h"
@@ -135,7 +136,12 @@ TEST_F(QuantizeModel, ConvertsByTheRulesAndCopiesTheRest) {
     ++converted;
     std::vector<uint8_t> expect(b.row_bytes());
     for (int64_t r = 0; r < a.n_rows(); r += 7) {
-      quantize_row(b.type, reinterpret_cast<const float*>(a.row(r)), expect.data(), static_cast<size_t>(a.ne[0]));
+      // Round to nearest; K-quants search their sub-block scales (with equal weights), as llama.cpp's do.
+      const float* row = reinterpret_cast<const float*>(a.row(r));
+      if (b.type == DType::Q4_K || b.type == DType::Q6_K)
+        quantize_row_weighted(b.type, row, expect.data(), static_cast<size_t>(a.ne[0]), nullptr);
+      else
+        quantize_row(b.type, row, expect.data(), static_cast<size_t>(a.ne[0]));
       ASSERT_EQ(std::memcmp(expect.data(), b.row(r), expect.size()), 0) << "row " << r;
     }
     EXPECT_GT(report->tensors[i].rel_error, 0.0);

@@ -38,7 +38,9 @@ struct SourceRows {
 };
 
 // Converts every row of src to `to` into out, on the pool: each row by quantize_row_weighted with its
-// slice's importance where `importance` is given, else by quantize_row.
+// slice's importance where `importance` is given; without one, K-quants by the same search with equal
+// weights (as llama.cpp's reference K-quantizers search each sub-block's scale and offset) and the
+// 32-block types by quantize_row.
 void convert_rows(const SourceRows& src, DType to, uint8_t* out, const ImportanceMatrix* importance, ThreadPool& pool) {
   const TensorView& t = src.t;
   const size_t n = static_cast<size_t>(t.ne[0]), out_row = row_bytes(to, n);
@@ -48,6 +50,8 @@ void convert_rows(const SourceRows& src, DType to, uint8_t* out, const Importanc
       src.row(static_cast<int64_t>(r), x.data());
       if (importance)
         quantize_row_weighted(to, x.data(), out + r * out_row, n, importance->find(t.name, static_cast<int64_t>(r) / t.ne[1]));
+      else if (to == DType::Q4_K || to == DType::Q6_K)
+        quantize_row_weighted(to, x.data(), out + r * out_row, n, nullptr);
       else
         quantize_row(to, x.data(), out + r * out_row, n);
     }

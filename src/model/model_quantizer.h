@@ -21,7 +21,7 @@ namespace kestrel {
 // How a tensor is converted.
 enum class QuantMethod {
   Copy,            // not converted
-  RoundToNearest,  // quant/quantize.h
+  RoundToNearest,  // quant/quantize.h; K-quants: their sub-block scales searched with equal weights
   Importance,      // scales searched for the least importance-weighted error (quant/importance_quantize.h)
   Gptq,            // error compensation through the inverse Hessian (quant/gptq.h)
   Awq,             // activation-aware channel scales folded into the model, then rounded (model/awq_fold.h)
