@@ -36,7 +36,8 @@ for entry in "${entries[@]}"; do
   read -r type method flags <<<"$entry"
   out_file="$work/q.gguf"
   calib=()
-  [ "$method" = rtn ] || calib=(--calib "$work/calib.txt" -c "$ctx")
+  [ "$method" = rtn ] && [[ "$flags" != *--outlier-threshold* && "$flags" != *--static-scales* ]] ||
+    calib=(--calib "$work/calib.txt" -c "$ctx")
   # shellcheck disable=SC2086
   report=$(./build/kestrel quantize "$model" "$out_file" "$type" --method "$method" "${calib[@]}" $flags 2>/dev/null | tail -n 1)
   out=$(ppl -m "$out_file" --kl-divergence-base "$work/base.lpb" --kl-divergence)

@@ -12,9 +12,9 @@ namespace {
 
 ImportanceMatrix sample() {
   ImportanceMatrix m;
-  ImportanceMatrix::Entry q{4, 1, {0.5f, 1.0f, 2.0f, 0.0f}, {30}};
-  ImportanceMatrix::Entry experts{2, 3, {1, 2, 3, 4, 5, 6}, {10, 4, 7}};
-  ImportanceMatrix::Entry partial{2, 2, {1, 2, 0, 0}, {5, 0}};  // an expert no token reached
+  ImportanceMatrix::Entry q{4, 1, {0.5f, 1.0f, 2.0f, 0.0f}, {30}, {}};
+  ImportanceMatrix::Entry experts{2, 3, {1, 2, 3, 4, 5, 6}, {10, 4, 7}, {}};
+  ImportanceMatrix::Entry partial{2, 2, {1, 2, 0, 0}, {5, 0}, {}};  // an expert no token reached
   m.tensors["blk.0.attn_q.weight"] = q;
   m.tensors["blk.0.ffn_down_exps.weight"] = experts;
   m.tensors["blk.0.ffn_up_exps.weight"] = partial;
@@ -91,7 +91,7 @@ TEST(ImportanceMatrixFile, RefusesMalformedFiles) {
   EXPECT_FALSE(with(value_at, -1.0f).ok());
   // The same name twice.
   ImportanceMatrix one;
-  one.tensors["a.weight"] = {1, 1, {1.0f}, {1}};
+  one.tensors["a.weight"] = {1, 1, {1.0f}, {1}, {}};
   std::vector<uint8_t> twice = serialize_imatrix(one, 1, "");
   twice.resize(twice.size() - 8);  // drop the trailer
   std::vector<uint8_t> dup(twice.begin() + 4, twice.end());

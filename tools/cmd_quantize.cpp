@@ -4,12 +4,19 @@
 //   kestrel quantize IN.gguf OUT.gguf TYPE [--pure] [-t N] [--calib TEXT [--method imatrix|gptq|awq] [-c 512]
 //                    [--calib-chunks N] [--imatrix-out FILE] [--gptq-damp 0.01] [--gptq-act-order]]
 //                    [--imatrix FILE]
+//   kestrel quantize IN.gguf OUT.gguf W8A8 [--calib TEXT [--method smoothquant|rtn] [--smooth-alpha 0.5]
+//                    [--outlier-threshold T] [--static-scales]]
 //
 // --method rtn (the default without --calib) rounds each block to nearest; imatrix (the default with
 // --calib) first runs the model over the calibration text to measure each matrix's input channels
 // (model/calibration.h) and fits every block to the importance-weighted error; gptq measures each matrix
 // input's Hessian instead and quantizes block-format tensors by GPTQ (quant/gptq.h); awq measures the
 // Hessians too, searches activation-aware channel scales and folds them into the model (model/awq_fold.h).
+// W8A8 (model/w8a8_quantizer.h): int8 weights and activations; --method rtn is naive W8A8, smoothquant (the
+// default with --calib) migrates activation outliers into the weights first; --outlier-threshold T keeps
+// input channels whose calibrated max|x| reaches T times the median channel's in F16 (LLM.int8's
+// decomposition; at most 1/32 of the channels); --static-scales calibrates one
+// activation scale per matrix instead of one per token.
 // --imatrix FILE takes the importance from a file in llama.cpp's imatrix format instead of calibrating;
 // --imatrix-out FILE saves what calibration measured in that format (quant/importance_matrix.h).
 // Prints progress bars on a terminal, then a line per tensor (shape, types, sizes, relative RMS error of
@@ -33,6 +40,8 @@ struct QuantizeArgs {
   int threads = default_threads();
   int calib_ctx = 512, calib_chunks = 0;
   GptqOptions gptq;
+  float smooth_alpha = 0.5f, outlier_threshold = 0.0f;
+  bool static_scales = false;
 };
 
 // The calibration text in whole chunks of calib_ctx tokens, each starting with BOS where the model adds one
@@ -133,13 +142,18 @@ void add_quantize(CLI::App& app, Action& run) {
   cmd->add_option("--calib", a->calib_file, "Calibration text (plain text, tokenized by the model)");
   cmd->add_option("--method", a->method,
                   "rtn (round to nearest), imatrix (importance-weighted), gptq (error compensation through the "
-                  "inverse Hessian) or awq (activation-aware channel scales); all but rtn need --calib")
-      ->check(CLI::IsMember({"rtn", "imatrix", "gptq", "awq"}));
+                  "inverse Hessian) awq (activation-aware channel scales) or, for W8A8, smoothquant; all but rtn need --calib")
+      ->check(CLI::IsMember({"rtn", "imatrix", "gptq", "awq", "smoothquant"}));
   cmd->add_option("--imatrix", a->imatrix_in, "Importance matrix file (llama.cpp's imatrix format) for --method imatrix, instead of --calib");
   cmd->add_option("--imatrix-out", a->imatrix_out, "Write the importance matrix calibration measured (llama.cpp's imatrix format)");
   cmd->add_option("--gptq-damp", a->gptq.damp, "GPTQ damping: fraction of the Hessian's mean diagonal added to it")
       ->check(CLI::Range(0.0, 10.0));
   cmd->add_flag("--gptq-act-order", a->gptq.act_order, "GPTQ: quantize columns in order of decreasing activation energy");
+  cmd->add_option("--smooth-alpha", a->smooth_alpha, "W8A8 SmoothQuant: migration strength alpha")->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--outlier-threshold", a->outlier_threshold,
+                  "W8A8: input channels whose calibrated max|x| reaches this times the median channel's stay in F16 (LLM.int8)")
+      ->check(CLI::Range(0.0, 1e30));
+  cmd->add_flag("--static-scales", a->static_scales, "W8A8: calibrated activation scale per matrix instead of per token");
   cmd->add_option("-c,--calib-ctx", a->calib_ctx, "Tokens per calibration chunk")->check(CLI::Range(8, 1 << 20));
   cmd->add_option("--calib-chunks", a->calib_chunks, "Use at most this many chunks (0: all)")->check(CLI::Range(0, 1 << 20));
   cmd->callback([&run, a] {
@@ -154,7 +168,19 @@ void add_quantize(CLI::App& app, Action& run) {
         return 1;
       }
       const bool measured = !a->calib_file.empty(), given = !a->imatrix_in.empty();
-      const std::string method = !a->method.empty() ? a->method : measured || given ? "imatrix" : "rtn";
+      const bool w8a8 = scheme->base == DType::I8;
+      const std::string method = !a->method.empty() ? a->method
+                                 : measured          ? (w8a8 ? "smoothquant" : "imatrix")
+                                 : given             ? "imatrix"
+                                                     : "rtn";
+      if (w8a8 != (method == "smoothquant") && method != "rtn") {
+        std::fprintf(stderr, "error: --method %s %s\n", method.c_str(), w8a8 ? "does not apply to W8A8 (rtn or smoothquant)" : "applies to W8A8 only");
+        return 1;
+      }
+      if (w8a8 && !measured && (method == "smoothquant" || a->outlier_threshold > 0 || a->static_scales)) {
+        std::fprintf(stderr, "error: W8A8 with smoothquant, --outlier-threshold or --static-scales needs --calib TEXT\n");
+        return 1;
+      }
       if ((method == "imatrix" && !measured && !given) || ((method == "gptq" || method == "awq") && !measured)) {
         std::fprintf(stderr, "error: --method %s needs --calib TEXT%s\n", method.c_str(), method == "imatrix" ? " or --imatrix FILE" : "");
         return 1;
@@ -174,7 +200,13 @@ void add_quantize(CLI::App& app, Action& run) {
                        : method == "gptq"  ? QuantMethod::Gptq
                        : method == "awq"   ? QuantMethod::Awq
                                            : QuantMethod::RoundToNearest;
-      if (method != "rtn") options.importance = &importance;
+      if (method != "rtn" || (w8a8 && measured)) options.importance = &importance;
+      if (w8a8) {
+        options.method = method == "smoothquant" ? QuantMethod::SmoothQuant : QuantMethod::W8A8;
+        options.smooth_alpha = method == "smoothquant" ? a->smooth_alpha : -1.0f;
+        options.outlier_threshold = a->outlier_threshold;
+        options.static_scales = a->static_scales;
+      }
       if (method == "gptq" || method == "awq") options.hessians = &hessians;
       options.gptq = a->gptq;
       auto report = quantize_model(options, pool, progress_bar("quantizing"));

@@ -17,6 +17,18 @@ namespace kestrel {
 
 struct PackedMatrix;
 
+// What an int8 weight matrix (DType::I8) multiplies with: W8A8, 8-bit weights times 8-bit activations.
+// Weight row r is q[r][i] * row_scale[r]. Each input row is quantized to int8 with one scale: its own
+// max|x| / 127 (dynamic, per token) or the calibrated input_scale (static; values beyond it clamp to
+// +-127). The outlier channels (LLM.int8's decomposition) are left out of the 8-bit product: their weight
+// columns are zero in q, kept in F16 in outlier_weight, and multiplied with the float inputs.
+struct Int8Scales {
+  const float* row_scale = nullptr;          // [n_out]
+  float input_scale = 0.0f;                  // static activation scale; 0: per-token dynamic
+  std::span<const int32_t> outlier_channels;  // [k] ascending input channels < n_in
+  const uint16_t* outlier_weight = nullptr;  // [n_out, k] F16
+};
+
 // A weight matrix: n_out rows of n_in elements of `type` (a 2-D tensor, or one expert of a 3-D one),
 // optionally with a copy repacked for the integer GEMM kernels (then used instead of `data`).
 struct WeightMatrix {
@@ -26,6 +38,7 @@ struct WeightMatrix {
   const uint8_t* data = nullptr;
   size_t row_bytes = 0;
   const PackedMatrix* packed = nullptr;
+  const Int8Scales* int8 = nullptr;  // set for (and only for) DType::I8
 
   static WeightMatrix from(const TensorView& t, int64_t expert = 0);
   const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }

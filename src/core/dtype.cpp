@@ -7,13 +7,15 @@
 
 namespace kestrel {
 namespace {
-constexpr std::array<DTypeTraits, 7> kTraits = {{
+constexpr std::array<DTypeTraits, 9> kTraits = {{
     {DType::F32, "F32", 1, 4},
     {DType::F16, "F16", 1, 2},
     {DType::Q4_0, "Q4_0", 32, 18},
     {DType::Q8_0, "Q8_0", 32, 34},
     {DType::Q4_K, "Q4_K", 256, 144},
     {DType::Q6_K, "Q6_K", 256, 210},
+    {DType::I8, "I8", 1, 1},
+    {DType::I32, "I32", 1, 4},
     {DType::BF16, "BF16", 1, 2},
 }};
 }  // namespace

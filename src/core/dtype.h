@@ -16,6 +16,8 @@ enum class DType : uint32_t {
   Q8_0 = 8,
   Q4_K = 12,
   Q6_K = 14,
+  I8 = 24,   // plain int8 elements: W8A8 weights, with per-row scales in a companion tensor (compute/ops.h)
+  I32 = 26,  // plain int32 elements: W8A8's outlier channel indices
   BF16 = 30,
 };
 

@@ -1,5 +1,7 @@
 #include "model/calibration.h"
 
+#include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <unordered_map>
 
@@ -49,12 +51,17 @@ class ImportanceCollector : public ActivationObserver {
     Sums& sums = sums_[&t];
     if (sums.squares.empty()) {
       sums.squares.assign(static_cast<size_t>(w.n_in * slices_of(t)), 0.0);
+      sums.max_abs.assign(sums.squares.size(), 0.0f);
       sums.tokens.assign(static_cast<size_t>(slices_of(t)), 0);
     }
     double* sq = sums.squares.data() + static_cast<size_t>(it->slice * w.n_in);
+    float* amax = sums.max_abs.data() + static_cast<size_t>(it->slice * w.n_in);
     for (int r = 0; r < n_tok; ++r) {
       const float* row = x + static_cast<size_t>(r) * static_cast<size_t>(w.n_in);
-      for (int64_t j = 0; j < w.n_in; ++j) sq[j] += static_cast<double>(row[j]) * row[j];
+      for (int64_t j = 0; j < w.n_in; ++j) {
+        sq[j] += static_cast<double>(row[j]) * row[j];
+        amax[j] = std::max(amax[j], std::fabs(row[j]));
+      }
     }
     sums.tokens[static_cast<size_t>(it->slice)] += n_tok;
   }
@@ -66,6 +73,7 @@ class ImportanceCollector : public ActivationObserver {
       e.n_in = tensor->ne[0];
       e.n_slices = static_cast<int64_t>(sums.tokens.size());
       e.tokens = sums.tokens;
+      e.max_abs = sums.max_abs;
       e.mean_square.resize(sums.squares.size());
       for (size_t i = 0; i < sums.squares.size(); ++i) {
         const int64_t n = sums.tokens[i / static_cast<size_t>(e.n_in)];
@@ -78,6 +86,7 @@ class ImportanceCollector : public ActivationObserver {
  private:
   struct Sums {
     std::vector<double> squares;  // [n_slices][n_in]
+    std::vector<float> max_abs;   // [n_slices][n_in]
     std::vector<int64_t> tokens;  // [n_slices]
   };
   SliceIndex index_;

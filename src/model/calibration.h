@@ -1,7 +1,8 @@
 // Calibration: runs a model over calibration text and measures, for every weight matrix, how large each
 // input channel's activations are: the mean of x_j^2 over the tokens that reached the matrix (the measure
-// of llama.cpp's importance matrix). Quantizers weight each weight's error by it (quant/
-// importance_quantize.h): an error on a channel that carries large inputs moves the product more.
+// of llama.cpp's importance matrix) and the largest |x_j| (SmoothQuant's and W8A8's activation ranges).
+// Quantizers weight each weight's error by the first (quant/importance_quantize.h): an error on a channel
+// that carries large inputs moves the product more.
 #pragma once
 #include <functional>
 #include <map>

@@ -68,6 +68,7 @@ Result<std::unique_ptr<Model>> Model::from_file(GgufFile file) {
   m->hparams_ = hp.value();
   m->arch_ = arch;
   m->weights_ = std::move(weights).value();
+  m->packed_.use_int8_scales(m->weights_.int8);
   return m;
 }
 

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "io/gguf.h"
+#include "model/w8a8_quantizer.h"
 #include "quant/block_grid.h"
 #include "quant/importance_quantize.h"
 #include "quant/quantize.h"
@@ -128,12 +129,15 @@ const char* quant_method_name(QuantMethod method) {
     case QuantMethod::Importance: return "imatrix";
     case QuantMethod::Gptq: return "gptq";
     case QuantMethod::Awq: return "awq";
+    case QuantMethod::W8A8: return "w8a8";
+    case QuantMethod::SmoothQuant: return "smoothquant";
   }
   return "?";
 }
 
 Result<QuantizeReport> quantize_model(const QuantizeOptions& options, ThreadPool& pool,
                                       const std::function<void(double)>& progress) {
+  if (options.scheme.base == DType::I8) return quantize_model_w8a8(options, pool, progress);
   auto opened = GgufFile::open(options.input);
   if (!opened.ok()) return Error{opened.error()};
   const GgufFile& in = opened.value();

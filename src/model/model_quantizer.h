@@ -25,6 +25,8 @@ enum class QuantMethod {
   Importance,      // scales searched for the least importance-weighted error (quant/importance_quantize.h)
   Gptq,            // error compensation through the inverse Hessian (quant/gptq.h)
   Awq,             // activation-aware channel scales folded into the model, then rounded (model/awq_fold.h)
+  W8A8,            // int8 rows with per-row scales, inputs quantized to int8 too (model/w8a8_quantizer.h)
+  SmoothQuant,     // W8A8 after SmoothQuant's migration of activation outliers into the weights
 };
 const char* quant_method_name(QuantMethod method);
 
@@ -41,6 +43,10 @@ struct QuantizeOptions {
   const HessianSet* hessians = nullptr;
   GptqOptions gptq{};
   AwqOptions awq{};
+  // The W8A8 scheme (model/w8a8_quantizer.h).
+  float smooth_alpha = -1.0f;      // SmoothQuant's migration strength (0.5 is the paper's); < 0: none
+  float outlier_threshold = 0.0f;  // > 0: channels whose calibrated max|x_j| reaches it x the median stay in F16
+  bool static_scales = false;      // calibrated activation scale per matrix instead of per token
 };
 
 // One tensor of the written file.

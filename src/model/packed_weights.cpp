@@ -41,6 +41,10 @@ WeightMatrix PackedWeights::matrix(const TensorView& t, int64_t expert) const {
   WeightMatrix m = WeightMatrix::from(t, expert);
   const auto it = packed_.find(&t);
   if (it != packed_.end()) m.packed = it->second[static_cast<size_t>(expert)].get();
+  if (m.type == DType::I8 && int8_) {
+    const auto scales = int8_->find(&t);
+    if (scales != int8_->end()) m.int8 = &scales->second;
+  }
   return m;
 }
 

@@ -17,11 +17,16 @@ class PackedWeights {
   // Returns the tensors that were packed, so the caller may release their file pages.
   std::vector<const TensorView*> build(const ModelWeights& weights, int n_threads);
 
-  // The matrix for tensor t (expert e of a 3-D tensor), with its packed copy attached when there is one.
+  // The scales matrix() attaches to int8 matrices (ModelWeights::int8, which must outlive this).
+  void use_int8_scales(const std::unordered_map<const TensorView*, Int8Scales>& scales) { int8_ = &scales; }
+
+  // The matrix for tensor t (expert e of a 3-D tensor), with its packed copy attached when there is one, and
+  // its scales when it is int8.
   WeightMatrix matrix(const TensorView& t, int64_t expert = 0) const;
 
  private:
   std::unordered_map<const TensorView*, std::vector<std::shared_ptr<const PackedMatrix>>> packed_;  // tensor -> one per expert
+  const std::unordered_map<const TensorView*, Int8Scales>* int8_ = nullptr;  // ModelWeights::int8
 };
 
 }  // namespace kestrel

@@ -1,5 +1,6 @@
 #include "model/weights.h"
 
+#include <cmath>
 #include <set>
 
 namespace kestrel {
@@ -27,6 +28,12 @@ class Binder {
     return t;
   }
   const std::set<std::string>& used() const { return used_; }
+  // The tensor `name` (marked used), or null; its shape and type are the caller's to check.
+  const TensorView* find(const std::string& name) {
+    const TensorView* t = f_.find_tensor(name);
+    if (t) used_.insert(name);
+    return t;
+  }
 
  private:
   static std::string shape_str(const std::vector<int64_t>& s) {
@@ -37,6 +44,40 @@ class Binder {
   const GgufFile& f_;
   std::set<std::string> used_;
 };
+
+// Binds the companions of int8 matrix t (ModelWeights::int8) and checks their contents.
+Result<Int8Scales> bind_int8(Binder& b, const TensorView& t) {
+  if (t.n_dims != 2) return Error{"tensor '" + t.name + "': int8 (W8A8) weights are supported for 2-D matrices only"};
+  const int64_t n_in = t.ne[0], n_out = t.ne[1];
+  const std::string base = t.name.size() > 7 && t.name.ends_with(".weight") ? t.name.substr(0, t.name.size() - 7) : t.name;
+  Int8Scales s;
+  auto row_scale = b.get(base + ".weight_scale", {n_out}, true);
+  if (!row_scale.ok()) return Error{row_scale.error()};
+  s.row_scale = reinterpret_cast<const float*>(row_scale.value()->data);
+  for (int64_t r = 0; r < n_out; ++r)
+    if (!std::isfinite(s.row_scale[r]) || s.row_scale[r] < 0)
+      return Error{"tensor '" + base + ".weight_scale' holds an invalid scale at row " + std::to_string(r)};
+  auto input_scale = b.get(base + ".input_scale", {1}, true, false);
+  if (!input_scale.ok()) return Error{input_scale.error()};
+  if (input_scale.value()) {
+    s.input_scale = *reinterpret_cast<const float*>(input_scale.value()->data);
+    if (!std::isfinite(s.input_scale) || s.input_scale < 0) return Error{"tensor '" + base + ".input_scale' is not a valid scale"};
+  }
+  const TensorView* channels = b.find(base + ".outlier_channels");
+  if (!channels) return s;
+  if (channels->type != DType::I32 || channels->n_dims != 1)
+    return Error{"tensor '" + channels->name + "' must be a 1-D I32 list of input channels"};
+  const int64_t k = channels->ne[0];
+  auto weight = b.get(base + ".outlier_weight", {k, n_out}, false);
+  if (!weight.ok()) return Error{weight.error()};
+  if (weight.value()->type != DType::F16) return Error{"tensor '" + base + ".outlier_weight' must be F16"};
+  s.outlier_channels = std::span(reinterpret_cast<const int32_t*>(channels->data), static_cast<size_t>(k));
+  for (int64_t j = 0; j < k; ++j)
+    if (s.outlier_channels[j] < (j ? s.outlier_channels[j - 1] + 1 : 0) || s.outlier_channels[j] >= n_in)
+      return Error{"tensor '" + channels->name + "' must list ascending input channels below " + std::to_string(n_in)};
+  s.outlier_weight = reinterpret_cast<const uint16_t*>(weight.value()->data);
+  return s;
+}
 
 }  // namespace
 
@@ -110,6 +151,22 @@ Result<ModelWeights> bind_weights(const GgufFile& file, const ArchTraits& arch, 
     }
   }
 #undef BIND
+  // Int8 matrices bring their scales; the token embedding is read by rows and must decode on its own.
+  if (w.token_embd->type == DType::I8 || w.token_embd->type == DType::I32)
+    return Error{"tensor 'token_embd.weight' has type " + std::string(dtype_name(w.token_embd->type)) + ", which cannot be looked up by row"};
+  std::vector<const TensorView*> matrices{w.output};
+  for (const LayerWeights& L : w.layers)
+    for (const TensorView* t : {L.wq, L.wk, L.wv, L.wo, L.wq_a, L.wq_b, L.wkv_a, L.wk_b, L.wv_b, L.ffn_gate, L.ffn_up,
+                                L.ffn_down, L.ffn_gate_exps, L.ffn_up_exps, L.ffn_down_exps, L.ffn_gate_shexp,
+                                L.ffn_up_shexp, L.ffn_down_shexp})
+      if (t) matrices.push_back(t);
+  for (const TensorView* t : matrices) {
+    if (t->type == DType::I32) return Error{"tensor '" + t->name + "' has type I32, not a weight type"};
+    if (t->type != DType::I8 || w.int8.count(t)) continue;
+    auto scales = bind_int8(b, *t);
+    if (!scales.ok()) return Error{scales.error()};
+    w.int8.emplace(t, scales.value());
+  }
   // Tensors we would silently ignore mean a feature we do not implement: refuse rather than mis-compute.
   for (const TensorView& t : file.tensors())
     if (!b.used().count(t.name))

@@ -2,7 +2,10 @@
 // the expected shape (and a float type where the forward pass reads it as floats), or loading fails
 // naming the tensor, the expected shape and type, and the actual ones.
 #pragma once
+#include <unordered_map>
 #include <vector>
+
+#include "compute/ops.h"
 
 #include "core/status.h"
 #include "io/gguf.h"
@@ -52,6 +55,10 @@ struct ModelWeights {
   const TensorView* output = nullptr;       // [n_embd -> n_vocab]; token_embd when tied
   const TensorView* rope_freqs = nullptr;   // optional [n_rot / 2] F32 frequency divisors (Llama 3.1 scaling)
   std::vector<LayerWeights> layers;
+  // W8A8: the scales of every int8 (DType::I8) matrix, from its companion tensors (NAME without
+  // ".weight"): NAME.weight_scale F32 [n_out]; optional NAME.input_scale F32 [1] (static activation scale);
+  // optional NAME.outlier_channels I32 [k] (ascending) with NAME.outlier_weight F16 [k, n_out] rows of k.
+  std::unordered_map<const TensorView*, Int8Scales> int8;
 };
 
 Result<ModelWeights> bind_weights(const GgufFile& file, const ArchTraits& arch, const HParams& hp);

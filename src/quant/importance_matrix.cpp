@@ -43,6 +43,12 @@ const float* ImportanceMatrix::find(const std::string& name, int64_t slice) cons
   return it->second.mean_square.data() + static_cast<size_t>(slice * it->second.n_in);
 }
 
+const float* ImportanceMatrix::find_max_abs(const std::string& name, int64_t slice) const {
+  if (!find(name, slice)) return nullptr;
+  const Entry& e = tensors.find(name)->second;
+  return e.max_abs.size() == e.mean_square.size() ? e.max_abs.data() + static_cast<size_t>(slice * e.n_in) : nullptr;
+}
+
 Status ImportanceMatrix::fit_rows(const std::map<std::string, int64_t>& row_length) {
   for (auto it = tensors.begin(); it != tensors.end();) {
     const auto n = row_length.find(it->first);

@@ -19,12 +19,16 @@ struct ImportanceMatrix {
     int64_t n_slices = 1;                // experts (or heads) of a 3-D tensor, else 1
     std::vector<float> mean_square;      // [n_slices][n_in]
     std::vector<int64_t> tokens;         // [n_slices] how many rows each slice saw
+    std::vector<float> max_abs;          // [n_slices][n_in] the largest |x_j| seen; empty where not measured
+                                         // (llama.cpp's files do not carry it)
   };
   std::map<std::string, Entry> tensors;  // by tensor name; only matrices some token reached
 
   // The importance of slice `slice` of tensor `name` ([n_in]), or null when it has none (never reached,
   // e.g. token_embd, which is looked up, not multiplied).
   const float* find(const std::string& name, int64_t slice) const;
+  // The largest |x_j| of slice `slice` of tensor `name` ([n_in]), or null when not measured.
+  const float* find_max_abs(const std::string& name, int64_t slice) const;
 
   // Gives entries read from a file (one flat slice each) their tensors' row lengths: n_in = row_length[name],
   // n_slices = values / n_in. Entries for tensors not in the map are dropped (a file made for a model with

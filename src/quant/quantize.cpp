@@ -140,6 +140,16 @@ void dequantize_row(DType type, const void* row, float* out, size_t n) {
     case DType::Q4_0: dequant_q4_0(static_cast<const BlockQ4_0*>(row), out, n / kQK); break;
     case DType::Q4_K: dequant_q4_k(static_cast<const BlockQ4_K*>(row), out, n / kQK_K); break;
     case DType::Q6_K: dequant_q6_k(static_cast<const BlockQ6_K*>(row), out, n / kQK_K); break;
+    case DType::I8: {
+      const auto* q = static_cast<const int8_t*>(row);
+      for (size_t i = 0; i < n; ++i) out[i] = q[i];
+      break;
+    }
+    case DType::I32: {
+      const auto* q = static_cast<const int32_t*>(row);
+      for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(q[i]);
+      break;
+    }
   }
 }
 
@@ -160,6 +170,16 @@ void quantize_row(DType type, const float* in, void* row, size_t n) {
     case DType::Q4_0: quant_q4_0(in, static_cast<BlockQ4_0*>(row), n / kQK); break;
     case DType::Q4_K: quant_q4_k(in, static_cast<BlockQ4_K*>(row), n / kQK_K); break;
     case DType::Q6_K: quant_q6_k(in, static_cast<BlockQ6_K*>(row), n / kQK_K); break;
+    case DType::I8: {
+      auto* q = static_cast<int8_t*>(row);
+      for (size_t i = 0; i < n; ++i) q[i] = static_cast<int8_t>(std::clamp(std::nearbyint(in[i]), -127.0f, 127.0f));
+      break;
+    }
+    case DType::I32: {
+      auto* q = static_cast<int32_t*>(row);
+      for (size_t i = 0; i < n; ++i) q[i] = static_cast<int32_t>(std::nearbyint(in[i]));
+      break;
+    }
   }
 }
 

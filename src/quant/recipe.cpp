@@ -10,8 +10,9 @@ namespace {
 // llama.cpp's llama_ftype ids for general.file_type.
 constexpr uint32_t kFileF32 = 0, kFileF16 = 1, kFileQ4_0 = 2, kFileQ8_0 = 7, kFileQ4_K_M = 15, kFileQ6_K = 18,
                    kFileBF16 = 32;
+constexpr uint32_t kFileW8A8 = 1024;  // kestrel's (model/w8a8_quantizer.h); llama.cpp names none
 
-const std::array<QuantScheme, 7> kSchemes = {{
+const std::array<QuantScheme, 8> kSchemes = {{
     {"F32", DType::F32, false, kFileF32},
     {"F16", DType::F16, false, kFileF16},
     {"BF16", DType::BF16, false, kFileBF16},
@@ -19,6 +20,7 @@ const std::array<QuantScheme, 7> kSchemes = {{
     {"Q4_0", DType::Q4_0, false, kFileQ4_0},
     {"Q4_K_M", DType::Q4_K, true, kFileQ4_K_M},
     {"Q6_K", DType::Q6_K, false, kFileQ6_K},
+    {"W8A8", DType::I8, false, kFileW8A8},
 }};
 
 bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }

@@ -31,7 +31,8 @@ struct QuantScheme {
   uint32_t file_type;   // GGUF general.file_type (llama.cpp's llama_ftype)
 };
 
-// The scheme for a name (case-insensitive: q8_0, Q4_0, Q4_K, Q4_K_M, Q6_K, F16, BF16, F32), or nullopt.
+// The scheme for a name (case-insensitive: q8_0, Q4_0, Q4_K, Q4_K_M, Q6_K, F16, BF16, F32, W8A8), or nullopt.
+// W8A8 (base I8) picks its tensors' types itself (model/w8a8_quantizer.h), not by quant_tensor_type.
 std::optional<QuantScheme> find_quant_scheme(std::string_view name);
 // Every name find_quant_scheme accepts, for help and error messages: "Q8_0, Q4_0, ...".
 std::string quant_scheme_names();

@@ -7,6 +7,7 @@
 #include "compute/cpu/dot.h"
 #include "compute/cpu/elementwise.h"
 #include "compute/cpu/packed_matrix.h"
+#include "compute/cpu/w8a8_gemm.h"
 #include "compute/ops.h"
 #include "core/fp16.h"
 #include "quant/quantize.h"
@@ -153,6 +154,7 @@ void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, float* y, i
   const size_t n_in = static_cast<size_t>(w.n_in);
   const size_t n_out = static_cast<size_t>(w.n_out);
   const bool add_into_y = accumulate == Accumulate::Yes;
+  if (w.type == DType::I8) return matmul_w8a8(pool, w, x, y, n_tok, add_into_y);
   if (w.packed && w.packed->layout == PackedLayout::BF16x16) {
     // F16/BF16 weights packed as BF16: activations to BF16 once, then the BF16 dot-product GEMM.
     std::vector<uint16_t> xb(static_cast<size_t>(n_tok) * n_in);  // [n_tok, n_in] bf16 bits

@@ -73,8 +73,8 @@ DotFn dot_kernel_scalar(DType type) {
     case DType::Q4_0: return dot_blocks_scalar<DType::Q4_0>;
     case DType::Q4_K: return dot_blocks_scalar<DType::Q4_K>;
     case DType::Q6_K: return dot_blocks_scalar<DType::Q6_K>;
+    default: return nullptr;  // int8 matrices go through their scales (w8a8_gemm.h)
   }
-  return nullptr;
 }
 
 }  // namespace kestrel

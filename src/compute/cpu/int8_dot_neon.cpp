@@ -1,0 +1,38 @@
+// NEON build of the int8 row dots (int8_dot.h): signed 8-bit dot products (sdot), 16 inputs a step.
+#include <arm_neon.h>
+
+#include "compute/cpu/int8_dot.h"
+
+namespace kestrel {
+namespace {
+
+template <int NT>
+void dot_i8(const int8_t* w, const int8_t* x, size_t x_stride, size_t n, int32_t* out) {
+  int32x4_t acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = vdupq_n_s32(0);
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const int8x16_t wv = vld1q_s8(w + i);
+    for (int t = 0; t < NT; ++t) acc[t] = vdotq_s32(acc[t], wv, vld1q_s8(x + t * x_stride + i));
+  }
+  for (int t = 0; t < NT; ++t) {
+    int32_t sum = vaddvq_s32(acc[t]);
+    for (size_t j = i; j < n; ++j) sum += int32_t{w[j]} * int32_t{x[t * x_stride + j]};
+    out[t] = sum;
+  }
+}
+
+void dot_i8_neon(const int8_t* w, const int8_t* x, size_t x_stride, int n_tok, size_t n, int32_t* out) {
+  switch (n_tok) {
+    case 1: return dot_i8<1>(w, x, x_stride, n, out);
+    case 2: return dot_i8<2>(w, x, x_stride, n, out);
+    case 3: return dot_i8<3>(w, x, x_stride, n, out);
+    default: return dot_i8<4>(w, x, x_stride, n, out);
+  }
+}
+
+}  // namespace
+
+DotI8Fn dot_i8_kernel_neon() { return dot_i8_neon; }
+
+}  // namespace kestrel

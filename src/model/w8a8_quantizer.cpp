@@ -1,0 +1,277 @@
+#include "model/w8a8_quantizer.h"
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "core/fp16.h"
+#include "io/gguf.h"
+#include "quant/quantize.h"
+#include "quant/w8a8.h"
+
+namespace kestrel {
+namespace {
+
+// The layer projections that become int8 matrices (2-D ones; MoE experts stay weight-only).
+constexpr const char* kInt8Projections[] = {"attn_q",    "attn_k",   "attn_v",   "attn_output",    "attn_q_a",
+                                            "attn_q_b",  "attn_kv_a_mqa",        "ffn_gate",       "ffn_up",
+                                            "ffn_down",  "ffn_gate_shexp",       "ffn_up_shexp",   "ffn_down_shexp"};
+
+constexpr size_t kMaxOutlierShare = 32;  // at most 1/32 of a matrix's input channels stay in float
+
+bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+
+bool is_int8_target(const TensorView& t) {
+  if (t.n_dims != 2 || !is_float(t.type) || t.name.rfind("blk.", 0) != 0) return false;
+  for (const char* p : kInt8Projections)
+    if (t.name.ends_with(std::string(".") + p + ".weight")) return true;
+  return false;
+}
+
+std::vector<float> read_floats(const TensorView& t) {
+  const size_t n = static_cast<size_t>(t.ne[0]);
+  std::vector<float> out(static_cast<size_t>(t.n_elements()));  // [n_rows][n]
+  for (int64_t r = 0; r < t.n_rows(); ++r) dequantize_row(t.type, t.row(r), out.data() + static_cast<size_t>(r) * n, n);
+  return out;
+}
+
+// A norm weight and the matrices its output feeds, all of them int8 (nothing else reads the norm's
+// output), so SmoothQuant's factors can be folded into it.
+struct SmoothGroup {
+  std::string norm;
+  std::vector<std::string> matrices;
+};
+
+std::vector<SmoothGroup> smooth_groups(const GgufFile& in, const std::set<std::string>& int8) {
+  std::vector<SmoothGroup> groups;
+  const auto group = [&](const std::string& p, const char* norm, std::initializer_list<const char*> names) {
+    SmoothGroup g{p + norm + ".weight", {}};
+    for (const char* n : names)
+      if (in.find_tensor(p + n + ".weight")) g.matrices.push_back(p + n + ".weight");
+    for (const std::string& m : g.matrices)
+      if (!int8.count(m)) return;
+    if (!g.matrices.empty() && in.find_tensor(g.norm)) groups.push_back(std::move(g));
+  };
+  for (int il = 0; in.find_tensor("blk." + std::to_string(il) + ".attn_norm.weight"); ++il) {
+    const std::string p = "blk." + std::to_string(il) + ".";
+    group(p, "attn_norm", {"attn_q", "attn_k", "attn_v", "attn_q_a", "attn_kv_a_mqa"});
+    if (!in.find_tensor(p + "ffn_gate_inp.weight")) group(p, "ffn_norm", {"ffn_gate", "ffn_up"});
+  }
+  return groups;
+}
+
+// What each int8 matrix is written with.
+struct Int8Plan {
+  std::vector<int32_t> outliers;  // [k] ascending
+  float input_scale = 0.0f;       // static scale, or 0
+};
+
+// Sums of squared conversion error and of squared source, per thread: the relative RMS error of a tensor.
+class ErrorSums {
+ public:
+  explicit ErrorSums(int n_threads) : err_(static_cast<size_t>(n_threads), 0.0), ref_(err_.size(), 0.0) {}
+  void add(int thread, const float* source, const float* back, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      err_[static_cast<size_t>(thread)] += (back[i] - source[i]) * static_cast<double>(back[i] - source[i]);
+      ref_[static_cast<size_t>(thread)] += source[i] * static_cast<double>(source[i]);
+    }
+  }
+  double relative() const {
+    double e = 0, s = 0;
+    for (size_t i = 0; i < err_.size(); ++i) e += err_[i], s += ref_[i];
+    return s > 0 ? std::sqrt(e / s) : 0.0;
+  }
+
+ private:
+  std::vector<double> err_, ref_;  // [threads]
+};
+
+// How a tensor of the written file is produced.
+enum class Part { Copy, Convert, Int8, RowScale, InputScale, OutlierChannels, OutlierWeight };
+
+}  // namespace
+
+Result<QuantizeReport> quantize_model_w8a8(const QuantizeOptions& options, ThreadPool& pool,
+                                           const std::function<void(double)>& progress) {
+  auto opened = GgufFile::open(options.input);
+  if (!opened.ok()) return Error{opened.error()};
+  const GgufFile& in = opened.value();
+  const bool smooth = options.smooth_alpha >= 0.0f;
+  const bool calibrated = smooth || options.outlier_threshold > 0.0f || options.static_scales;
+  if (calibrated && !options.importance)
+    return Error{"W8A8 with SmoothQuant, outlier channels or static scales needs calibration (--calib TEXT)"};
+
+  // The int8 matrices and the range of each input channel as it reaches them.
+  std::set<std::string> int8;
+  for (const TensorView& t : in.tensors())
+    if (is_int8_target(t)) int8.insert(t.name);
+  std::map<std::string, std::vector<float>> ranges;  // int8 matrix -> [n_in] max|x_j|
+  if (calibrated)
+    for (const std::string& name : int8) {
+      const float* m = options.importance->find_max_abs(name, 0);
+      if (!m)
+        return Error{"the calibration has no activation range for '" + name +
+                     "' (an imatrix file does not carry ranges: calibrate with --calib TEXT)"};
+      ranges[name].assign(m, m + in.find_tensor(name)->ne[0]);
+    }
+
+  // SmoothQuant: scale the matrices' columns and divide their norm weight.
+  std::map<std::string, std::vector<float>> replaced;  // tensor -> new contents [n_elements]
+  if (smooth)
+    for (const SmoothGroup& g : smooth_groups(in, int8)) {
+      std::vector<const std::vector<float>*> ws;
+      for (const std::string& m : g.matrices) ws.push_back(&(replaced[m] = read_floats(*in.find_tensor(m))));
+      const std::vector<float> s = smoothing_factors(ranges[g.matrices[0]], ws, options.smooth_alpha);
+      const size_t n_in = s.size();
+      for (const std::string& m : g.matrices) {
+        std::vector<float>& w = replaced[m];
+        for (size_t i = 0; i < w.size(); ++i) w[i] *= s[i % n_in];
+        for (size_t j = 0; j < n_in; ++j) ranges[m][j] /= s[j];
+      }
+      std::vector<float> norm = read_floats(*in.find_tensor(g.norm));
+      for (size_t j = 0; j < n_in; ++j) norm[j] /= s[j];
+      replaced[g.norm] = std::move(norm);
+    }
+  std::map<std::string, Int8Plan> plans;
+  for (const std::string& name : int8) {
+    Int8Plan& p = plans[name];
+    if (!calibrated) continue;
+    if (options.outlier_threshold > 0.0f)
+      p.outliers = outlier_channels(ranges[name], options.outlier_threshold, ranges[name].size() / kMaxOutlierShare);
+    if (options.static_scales) p.input_scale = std::max(static_input_scale(ranges[name], p.outliers), 1e-10f);
+  }
+
+  const auto q8 = find_quant_scheme("Q8_0");
+  QuantModelFacts facts;
+  facts.has_output = in.find_tensor("output.weight") != nullptr;
+  QuantizeReport report;
+  GgufWriter w;
+  for (const std::string& key : in.keys()) w.set_value(key, *in.find(key));
+  w.set_u32("general.file_type", options.scheme.file_type);
+  w.set_u32("general.quantization_version", 2);
+  struct Out {
+    const TensorView* src;
+    Part part;
+  };
+  std::vector<Out> outs;  // [written tensors]
+  const auto add = [&](const TensorView& t, Part part, const std::string& name, DType type, std::vector<int64_t> dims,
+                       QuantMethod method) {
+    const size_t index = w.add_tensor(name, type, dims);
+    TensorQuantReport r{name, "", part == Part::Copy || part == Part::Convert || part == Part::Int8 ? t.type : type, type,
+                        part == Part::Copy || part == Part::Convert || part == Part::Int8 ? t.n_bytes : 0,
+                        w.tensor_bytes(index), method != QuantMethod::Copy, method, 0.0};
+    TensorView shaped;
+    shaped.n_dims = static_cast<int>(dims.size());
+    std::copy(dims.begin(), dims.end(), shaped.ne.begin());
+    r.shape = shaped.shape_string();
+    report.bytes_in += r.bytes_in;
+    report.bytes_out += r.bytes_out;
+    report.tensors.push_back(r);
+    outs.push_back({&t, part});
+  };
+  const QuantMethod int8_method = smooth ? QuantMethod::SmoothQuant : QuantMethod::W8A8;
+  for (const TensorView& t : in.tensors()) {
+    std::vector<int64_t> dims(t.ne.begin(), t.ne.begin() + t.n_dims);
+    if (int8.count(t.name)) {
+      const Int8Plan& p = plans[t.name];
+      const std::string base = t.name.substr(0, t.name.size() - 7);  // without ".weight"
+      add(t, Part::Int8, t.name, DType::I8, dims, int8_method);
+      report.converted_weights += t.n_elements();
+      report.converted_bytes_out += report.tensors.back().bytes_out;
+      add(t, Part::RowScale, base + ".weight_scale", DType::F32, {t.ne[1]}, QuantMethod::Copy);
+      if (options.static_scales) add(t, Part::InputScale, base + ".input_scale", DType::F32, {1}, QuantMethod::Copy);
+      if (!p.outliers.empty()) {
+        const auto k = static_cast<int64_t>(p.outliers.size());
+        add(t, Part::OutlierChannels, base + ".outlier_channels", DType::I32, {k}, QuantMethod::Copy);
+        add(t, Part::OutlierWeight, base + ".outlier_weight", DType::F16, {k, t.ne[1]}, QuantMethod::Copy);
+      }
+      for (size_t i = report.tensors.size() - (p.outliers.empty() ? 1 : 3) - (options.static_scales ? 1 : 0);
+           i < report.tensors.size(); ++i)
+        report.converted_bytes_out += report.tensors[i].bytes_out;  // the scales count in the bits per weight
+      continue;
+    }
+    const auto to = quant_tensor_type(*q8, false, t.name, dims, facts);
+    if (to && *to != t.type) {
+      if (!is_float(t.type))
+        return Error{"tensor '" + t.name + "' is already " + dtype_name(t.type) + ": start from an F32, F16 or BF16 file"};
+      add(t, Part::Convert, t.name, *to, dims, QuantMethod::RoundToNearest);
+      report.converted_weights += t.n_elements();
+      report.converted_bytes_out += report.tensors.back().bytes_out;
+    } else {
+      add(t, Part::Copy, t.name, t.type, dims, QuantMethod::Copy);
+    }
+  }
+
+  struct Int8Rows {
+    std::vector<float> row_scale;          // [n_out]
+    std::vector<uint16_t> outlier_weight;  // [n_out][k]
+  } last;  // of the int8 matrix written last (its companions follow it)
+  size_t done = 0;
+  const Status written = w.write(
+      options.output,
+      [&](size_t i, std::vector<uint8_t>& bytes) {
+        const TensorView& t = *outs[i].src;
+        TensorQuantReport& r = report.tensors[i];
+        const auto source = replaced.find(t.name);
+        const std::vector<float>* contents = source == replaced.end() ? nullptr : &source->second;
+        const size_t n = static_cast<size_t>(t.ne[0]), rows = static_cast<size_t>(t.n_rows());
+        const auto source_row = [&](size_t row, float* dst) {
+          if (contents) std::copy_n(contents->data() + row * n, n, dst);
+          else dequantize_row(t.type, t.row(static_cast<int64_t>(row)), dst, n);
+        };
+        switch (outs[i].part) {
+          case Part::Copy:
+            if (contents) quantize_row(t.type, contents->data(), bytes.data(), contents->size());  // a folded norm weight
+            else std::memcpy(bytes.data(), t.data, t.n_bytes);
+            break;
+          case Part::Convert: {
+            ErrorSums error(pool.n_threads());
+            pool.parallel_for_dynamic(rows, 1, [&](size_t begin, size_t end, int thread) {
+              std::vector<float> x(n), back(n);  // [n] a source row, and its converted row decoded again
+              for (size_t row = begin; row < end; ++row) {
+                source_row(row, x.data());
+                uint8_t* dst = bytes.data() + row * row_bytes(r.to, n);
+                quantize_row(r.to, x.data(), dst, n);
+                dequantize_row(r.to, dst, back.data(), n);
+                error.add(thread, x.data(), back.data(), n);
+              }
+            });
+            r.rel_error = error.relative();
+            break;
+          }
+          case Part::Int8: {
+            const Int8Plan& p = plans[t.name];
+            const size_t k = p.outliers.size();
+            last.row_scale.assign(rows, 0.0f);
+            last.outlier_weight.assign(rows * k, 0);
+            ErrorSums error(pool.n_threads());
+            pool.parallel_for_dynamic(rows, 1, [&](size_t begin, size_t end, int thread) {
+              std::vector<float> x(n), back(n);  // [n] a source row, and its int8 row decoded again
+              for (size_t row = begin; row < end; ++row) {
+                source_row(row, x.data());
+                auto* q = reinterpret_cast<int8_t*>(bytes.data()) + row * n;
+                last.row_scale[row] = quantize_int8_row(x.data(), n, p.outliers, q, last.outlier_weight.data() + row * k);
+                for (size_t j = 0; j < n; ++j) back[j] = q[j] * last.row_scale[row];
+                for (size_t j = 0; j < k; ++j)
+                  back[static_cast<size_t>(p.outliers[j])] = fp16_to_fp32(last.outlier_weight[row * k + j]);
+                error.add(thread, x.data(), back.data(), n);
+              }
+            });
+            r.rel_error = error.relative();
+            break;
+          }
+          case Part::RowScale: std::memcpy(bytes.data(), last.row_scale.data(), bytes.size()); break;
+          case Part::InputScale: std::memcpy(bytes.data(), &plans[t.name].input_scale, sizeof(float)); break;
+          case Part::OutlierChannels: std::memcpy(bytes.data(), plans[t.name].outliers.data(), bytes.size()); break;
+          case Part::OutlierWeight: std::memcpy(bytes.data(), last.outlier_weight.data(), bytes.size()); break;
+        }
+        done += r.bytes_in;
+        if (progress) progress(report.bytes_in ? static_cast<double>(done) / static_cast<double>(report.bytes_in) : 1.0);
+      },
+      in.alignment());
+  if (!written.ok()) return Error{written.error()};
+  return report;
+}
+
+}  // namespace kestrel
