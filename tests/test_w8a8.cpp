@@ -33,24 +33,54 @@ std::vector<int8_t> random_int8(size_t n, uint32_t seed) {
 TEST(W8A8, Int8DotsMatchTheReferenceOnEveryIsa) {
   for (const size_t n : {1u, 31u, 32u, 63u, 64u, 100u, 172u, 2048u, 5000u}) {
     const size_t stride = n + 7;
-    auto w = random_int8(n, 1), x = random_int8(stride * kDotI8MaxTokens, 2);
+    auto w = random_int8(stride * kDotI8MaxRows, 1), x = random_int8(stride * kDotI8MaxTokens, 2);
     w[0] = 127, x[0] = -127, x[stride] = 127;  // extremes: products of 2 * 127^2 per pair must not saturate
     if (n > 1) w[1] = -127, x[1] = -127;
-    for (int nt = 1; nt <= kDotI8MaxTokens; ++nt) {
-      int32_t want[kDotI8MaxTokens], got[kDotI8MaxTokens];
-      dot_i8_reference(w.data(), x.data(), stride, nt, n, want);
-      for (Isa isa : runnable_isas()) {
-        dot_i8_kernel(isa)(w.data(), x.data(), stride, nt, n, got);
-        for (int t = 0; t < nt; ++t) ASSERT_EQ(got[t], want[t]) << isa_name(isa) << " n=" << n << " t=" << t;
+    for (int nr = 1; nr <= kDotI8MaxRows; ++nr)
+      for (int nt = 1; nt <= kDotI8MaxTokens; ++nt) {
+        int32_t want[kDotI8MaxRows * kDotI8MaxTokens], got[kDotI8MaxRows * kDotI8MaxTokens];
+        dot_i8_reference(w.data(), stride, nr, x.data(), stride, nt, n, want, nullptr);
+        for (Isa isa : runnable_isas()) {
+          int8_kernels(isa).dot(w.data(), stride, nr, x.data(), stride, nt, n, got, w.data());
+          for (int r = 0; r < nr; ++r)
+            for (int t = 0; t < nt; ++t)
+              ASSERT_EQ(got[r * kDotI8MaxTokens + t], want[r * kDotI8MaxTokens + t])
+                  << isa_name(isa) << " n=" << n << " r=" << r << " t=" << t;
+        }
       }
-    }
   }
   // All +-127 at length 4096: 4096 * 127^2 still fits int32 accumulators, and no 16-bit step saturates.
-  const std::vector<int8_t> w(4096, -127), x(4096, -127);
-  int32_t got = 0;
+  const std::vector<int8_t> w(4096, -127), x(4096, -127), y(4096, 127);
+  int32_t got[kDotI8MaxRows * kDotI8MaxTokens] = {};
   for (Isa isa : runnable_isas()) {
-    dot_i8_kernel(isa)(w.data(), x.data(), 4096, 1, 4096, &got);
-    EXPECT_EQ(got, 4096 * 127 * 127) << isa_name(isa);
+    int8_kernels(isa).dot(w.data(), 4096, 1, x.data(), 4096, 1, 4096, got, nullptr);
+    EXPECT_EQ(got[0], 4096 * 127 * 127) << isa_name(isa);
+    int8_kernels(isa).dot(w.data(), 4096, 1, y.data(), 4096, 1, 4096, got, nullptr);
+    EXPECT_EQ(got[0], -4096 * 127 * 127) << isa_name(isa);
+  }
+}
+
+TEST(W8A8, ActivationKernelsMatchTheReferenceOnEveryIsa) {
+  for (const size_t n : {1u, 15u, 16u, 33u, 100u, 2048u}) {
+    auto x = test::gaussian_vector(n, 11, 3.0f);
+    x[0] = 1000.0f;  // clamps
+    if (n > 2) x[1] = -0.5f, x[2] = 0.5f;  // halves round away from zero
+    std::vector<int8_t> want(n), got(n);
+    quantize_i8_reference(x.data(), n, 1.0f, want.data());
+    EXPECT_EQ(want[0], 127);
+    if (n > 2) {
+      EXPECT_EQ(want[1], -1);
+      EXPECT_EQ(want[2], 1);
+    }
+    for (Isa isa : runnable_isas()) {
+      const Int8Kernels k = int8_kernels(isa);
+      k.quantize(x.data(), n, 1.0f, got.data());
+      EXPECT_EQ(got, want) << isa_name(isa) << " n=" << n;
+      std::vector<float> y = x;
+      y[n - 1] = -2000.0f;  // the largest in the tail
+      EXPECT_EQ(k.max_abs(y.data(), n), 2000.0f) << isa_name(isa) << " n=" << n;
+      EXPECT_EQ(k.max_abs(x.data(), n), max_abs_reference(x.data(), n)) << isa_name(isa) << " n=" << n;
+    }
   }
 }
 
@@ -80,7 +110,7 @@ TEST(W8A8, InputRowsQuantizePerTokenOrWithTheStaticScaleLeavingOutliersOut) {
 
 // The GEMM is exactly the float arithmetic on the quantized values (up to float summation order).
 TEST(W8A8, GemmMatchesItsDefinition) {
-  const int64_t n_in = 200, n_out = 37;
+  const int64_t n_in = 200, n_out = 37;  // rows: two 16-row tiles, then 4-row tiles and a remainder
   const auto q = random_int8(static_cast<size_t>(n_in * n_out), 3);
   const auto row_scale_v = test::gaussian_vector(static_cast<size_t>(n_out), 4, 0.01f);
   std::vector<float> row_scale(row_scale_v.size());

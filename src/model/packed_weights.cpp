@@ -1,7 +1,10 @@
 #include "model/packed_weights.h"
 
 #include <atomic>
+#include <cstring>
 #include <thread>
+
+#include "core/large_buffer.h"
 
 namespace kestrel {
 
@@ -19,6 +22,10 @@ std::vector<const TensorView*> PackedWeights::build(const ModelWeights& weights,
   };
   std::vector<Job> jobs;
   for (const TensorView* t : matrices) {
+    if (t->type == DType::I8 && !int8_copies_.count(t)) {
+      int8_copies_[t] = allocate_large_buffer(t->n_bytes);
+      std::memcpy(int8_copies_[t].get(), t->data, t->n_bytes);
+    }
     if (packed_.count(t) || !has_packed_layout(t->type, t->ne[0], t->ne[1])) continue;
     packed_[t].resize(static_cast<size_t>(t->ne[2]));
     for (int64_t e = 0; e < t->ne[2]; ++e) jobs.push_back({t, e});
@@ -34,6 +41,7 @@ std::vector<const TensorView*> PackedWeights::build(const ModelWeights& weights,
   for (auto& w : workers) w.join();
   std::vector<const TensorView*> done;
   for (const auto& [t, _] : packed_) done.push_back(t);
+  for (const auto& [t, _] : int8_copies_) done.push_back(t);
   return done;
 }
 
@@ -41,6 +49,7 @@ WeightMatrix PackedWeights::matrix(const TensorView& t, int64_t expert) const {
   WeightMatrix m = WeightMatrix::from(t, expert);
   const auto it = packed_.find(&t);
   if (it != packed_.end()) m.packed = it->second[static_cast<size_t>(expert)].get();
+  if (const auto copy = int8_copies_.find(&t); copy != int8_copies_.end()) m.data = copy->second.get();
   if (m.type == DType::I8 && int8_) {
     const auto scales = int8_->find(&t);
     if (scales != int8_->end()) m.int8 = &scales->second;

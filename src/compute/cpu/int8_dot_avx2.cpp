@@ -2,6 +2,8 @@
 // widened to int32 (madd), 32 inputs a step.
 #include <immintrin.h>
 
+#include <algorithm>
+
 #include "compute/cpu/int8_dot.h"
 
 namespace kestrel {
@@ -15,12 +17,13 @@ int32_t reduce_add(__m256i v) {
 }
 
 template <int NT>
-void dot_i8(const int8_t* w, const int8_t* x, size_t x_stride, size_t n, int32_t* out) {
+void dot_i8(const int8_t* w, const int8_t* x, size_t x_stride, size_t n, int32_t* out, const int8_t* prefetch) {
   __m256i acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_si256();
   const __m256i ones = _mm256_set1_epi16(1);
   size_t i = 0;
   for (; i + 32 <= n; i += 32) {
+    if (prefetch && i % 64 == 0) __builtin_prefetch(prefetch + i);
     const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i));
     const __m256i w_abs = _mm256_abs_epi8(wv);
     for (int t = 0; t < NT; ++t) {
@@ -36,17 +39,51 @@ void dot_i8(const int8_t* w, const int8_t* x, size_t x_stride, size_t n, int32_t
   }
 }
 
-void dot_i8_avx2(const int8_t* w, const int8_t* x, size_t x_stride, int n_tok, size_t n, int32_t* out) {
-  switch (n_tok) {
-    case 1: return dot_i8<1>(w, x, x_stride, n, out);
-    case 2: return dot_i8<2>(w, x, x_stride, n, out);
-    case 3: return dot_i8<3>(w, x, x_stride, n, out);
-    default: return dot_i8<4>(w, x, x_stride, n, out);
+void dot_i8_avx2(const int8_t* w, size_t w_stride, int n_rows, const int8_t* x, size_t x_stride, int n_tok,
+                 size_t n, int32_t* out, const int8_t* prefetch) {
+  for (int r = 0; r < n_rows; ++r) {
+    const int8_t* row = w + static_cast<size_t>(r) * w_stride;
+    const int8_t* ahead = prefetch ? prefetch + static_cast<size_t>(r) * w_stride : nullptr;
+    int32_t* row_out = out + r * kDotI8MaxTokens;
+    switch (n_tok) {
+      case 1: dot_i8<1>(row, x, x_stride, n, row_out, ahead); break;
+      case 2: dot_i8<2>(row, x, x_stride, n, row_out, ahead); break;
+      case 3: dot_i8<3>(row, x, x_stride, n, row_out, ahead); break;
+      default: dot_i8<4>(row, x, x_stride, n, row_out, ahead); break;
+    }
   }
+}
+
+void quantize_i8_avx2(const float* x, size_t n, float inverse, int8_t* q) {
+  const __m256 scale = _mm256_set1_ps(inverse), limit = _mm256_set1_ps(127.0f), sign = _mm256_set1_ps(-0.0f);
+  const __m256 half = _mm256_set1_ps(0.5f);
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __m256i v[4];
+    for (int j = 0; j < 4; ++j) {
+      const __m256 f = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i + 8 * j), scale), _mm256_sub_ps(_mm256_setzero_ps(), limit)), limit);
+      v[j] = _mm256_cvttps_epi32(_mm256_add_ps(f, _mm256_or_ps(half, _mm256_and_ps(f, sign))));  // half away from zero
+    }
+    const __m256i w16 = _mm256_packs_epi32(v[0], v[1]), z16 = _mm256_packs_epi32(v[2], v[3]);
+    const __m256i b = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(w16, z16), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + i), b);
+  }
+  quantize_i8_reference(x + i, n - i, inverse, q + i);
+}
+
+float max_abs_avx2(const float* x, size_t n) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 m = _mm256_setzero_ps();
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)));
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_max_ss(h, _mm_movehdup_ps(h));
+  return std::max(_mm_cvtss_f32(h), max_abs_reference(x + i, n - i));
 }
 
 }  // namespace
 
-DotI8Fn dot_i8_kernel_avx2() { return dot_i8_avx2; }
+Int8Kernels int8_kernels_avx2() { return {dot_i8_avx2, quantize_i8_avx2, max_abs_avx2}; }
 
 }  // namespace kestrel

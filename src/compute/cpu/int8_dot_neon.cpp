@@ -7,11 +7,12 @@ namespace kestrel {
 namespace {
 
 template <int NT>
-void dot_i8(const int8_t* w, const int8_t* x, size_t x_stride, size_t n, int32_t* out) {
+void dot_i8(const int8_t* w, const int8_t* x, size_t x_stride, size_t n, int32_t* out, const int8_t* prefetch) {
   int32x4_t acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = vdupq_n_s32(0);
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
+    if (prefetch && i % 64 == 0) __builtin_prefetch(prefetch + i);
     const int8x16_t wv = vld1q_s8(w + i);
     for (int t = 0; t < NT; ++t) acc[t] = vdotq_s32(acc[t], wv, vld1q_s8(x + t * x_stride + i));
   }
@@ -22,17 +23,23 @@ void dot_i8(const int8_t* w, const int8_t* x, size_t x_stride, size_t n, int32_t
   }
 }
 
-void dot_i8_neon(const int8_t* w, const int8_t* x, size_t x_stride, int n_tok, size_t n, int32_t* out) {
-  switch (n_tok) {
-    case 1: return dot_i8<1>(w, x, x_stride, n, out);
-    case 2: return dot_i8<2>(w, x, x_stride, n, out);
-    case 3: return dot_i8<3>(w, x, x_stride, n, out);
-    default: return dot_i8<4>(w, x, x_stride, n, out);
+void dot_i8_neon(const int8_t* w, size_t w_stride, int n_rows, const int8_t* x, size_t x_stride, int n_tok,
+                 size_t n, int32_t* out, const int8_t* prefetch) {
+  for (int r = 0; r < n_rows; ++r) {
+    const int8_t* row = w + static_cast<size_t>(r) * w_stride;
+    const int8_t* ahead = prefetch ? prefetch + static_cast<size_t>(r) * w_stride : nullptr;
+    int32_t* row_out = out + r * kDotI8MaxTokens;
+    switch (n_tok) {
+      case 1: dot_i8<1>(row, x, x_stride, n, row_out, ahead); break;
+      case 2: dot_i8<2>(row, x, x_stride, n, row_out, ahead); break;
+      case 3: dot_i8<3>(row, x, x_stride, n, row_out, ahead); break;
+      default: dot_i8<4>(row, x, x_stride, n, row_out, ahead); break;
+    }
   }
 }
 
 }  // namespace
 
-DotI8Fn dot_i8_kernel_neon() { return dot_i8_neon; }
+Int8Kernels int8_kernels_neon() { return {dot_i8_neon, nullptr, nullptr}; }
 
 }  // namespace kestrel
