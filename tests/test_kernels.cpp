@@ -11,13 +11,15 @@
 #include "compute/cpu/q8_activations.h"
 #include "compute/ref/ref_ops.h"
 #include "core/fp16.h"
+#include "quant/fp8.h"
 #include "quant/quantize.h"
 #include "test_support.h"
 
 namespace kestrel {
 namespace {
 
-const DType kTypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K};
+const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,
+                        DType::Q4_0, DType::Q4_K, DType::Q6_K, DType::FP8_E4M3};
 
 std::vector<float> random_vector(size_t n, uint32_t seed, float scale = 1.0f) { return test::gaussian_vector(n, seed, scale); }
 
@@ -582,13 +584,46 @@ TEST(Kernels, LatentAttentionWithValueInsideKeyRows) {
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << i;
 }
 
+// FP8 E4M3: every finite code decodes and encodes back to itself; encoding picks the nearest code (ties to
+// an even mantissa) and saturates at 448; the F16 widening the vector kernels use is exact.
+TEST(Quantize, Fp8E4M3Codes) {
+  EXPECT_EQ(fp8_e4m3_to_float(0x7E), 448.0f);
+  EXPECT_EQ(fp8_e4m3_to_float(0x01), std::ldexp(1.0f, -9));  // the smallest subnormal
+  EXPECT_EQ(fp8_e4m3_to_float(0x08), std::ldexp(1.0f, -6));  // the smallest normal
+  EXPECT_EQ(fp8_e4m3_to_float(0xC0), -2.0f);
+  EXPECT_TRUE(std::isnan(fp8_e4m3_to_float(0x7F)));
+  for (int c = 0; c < 256; ++c) {
+    if ((c & 0x7F) == 0x7F) continue;
+    const auto code = static_cast<uint8_t>(c);
+    EXPECT_EQ(float_to_fp8_e4m3(fp8_e4m3_to_float(code)), code) << c;
+    EXPECT_EQ(fp16_to_fp32(fp8_e4m3_to_fp16_scaled(code)) * 256.0f, fp8_e4m3_to_float(code)) << c;
+  }
+  EXPECT_EQ(float_to_fp8_e4m3(1000.0f), 0x7E);
+  EXPECT_EQ(float_to_fp8_e4m3(-1e30f), 0xFE);
+  EXPECT_EQ(float_to_fp8_e4m3(1.0625f), 0x38);  // halfway between 1 (even) and 1.125
+  EXPECT_EQ(float_to_fp8_e4m3(1.1875f), 0x3A);  // halfway between 1.125 and 1.25 (even)
+  EXPECT_EQ(float_to_fp8_e4m3(1e-4f), 0x00);    // below half the smallest subnormal
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> d(-500.0f, 500.0f);
+  for (int i = 0; i < 20000; ++i) {
+    const float x = d(rng) * std::ldexp(1.0f, -static_cast<int>(rng() % 14));
+    const float got = fp8_e4m3_to_float(float_to_fp8_e4m3(x));
+    for (int c = 0; c < 255; ++c) {
+      if ((c & 0x7F) == 0x7F) continue;
+      ASSERT_LE(std::fabs(got - std::clamp(x, -448.0f, 448.0f)),
+                std::fabs(fp8_e4m3_to_float(static_cast<uint8_t>(c)) - std::clamp(x, -448.0f, 448.0f)))
+          << x << " code " << c;
+    }
+  }
+}
+
 TEST(Quantize, RoundTripErrorWithinFormatBounds) {
   const size_t n = 4096;
   const auto x = random_vector(n, 5, 1.0f);
   // Relative RMS error bounds for Gaussian data, generous versions of the formats' typical figures.
   const std::pair<DType, double> bounds[] = {{DType::F32, 0},      {DType::F16, 1e-3},  {DType::BF16, 5e-3},
                                              {DType::Q8_0, 0.01},  {DType::Q4_0, 0.15}, {DType::Q4_K, 0.12},
-                                             {DType::Q6_K, 0.04}};
+                                             {DType::Q6_K, 0.04},  {DType::FP8_E4M3, 0.035}};
   for (const auto& [type, bound] : bounds) {
     const auto bytes = quantized(type, x, n);
     std::vector<float> y(n);

@@ -31,6 +31,8 @@ TEST(QuantRecipe, SchemesByName) {
   EXPECT_FALSE(find_quant_scheme("Q9_9"));
   EXPECT_FALSE(find_quant_scheme(""));
   EXPECT_NE(quant_scheme_names().find("Q6_K"), std::string::npos);
+  EXPECT_EQ(find_quant_scheme("fp8")->base, DType::FP8_E4M3);  // kestrel's own types
+  EXPECT_EQ(find_quant_scheme("W8A8")->base, DType::I8);
 }
 
 // TinyLlama's shape (22 layers, rows of 2048 and 5632) under Q4_K_M: Q6_K for the output and for attn_v /
@@ -175,9 +177,13 @@ TEST_F(QuantizeModel, OutputRunsCloseToTheSourceAsItsBitsAllow) {
     for (size_t i = 0; i < la->size(); ++i) diff += std::pow((*la)[i] - (*lb)[i], 2), ref += std::pow((*la)[i], 2);
     return std::sqrt(diff / ref);
   };
-  const double q8 = logits_error("Q8_0"), q4 = logits_error("Q4_0");
+  const double q8 = logits_error("Q8_0"), q4 = logits_error("Q4_0"), fp8 = logits_error("FP8_E4M3");
   EXPECT_LT(q8, 0.05);
   EXPECT_LT(3 * q8, q4);
+  // E4M3 keeps 3 mantissa bits (~2.4% RMS per weight against Q8_0's 0.4%): between the two.
+  EXPECT_LT(fp8, 0.25);
+  EXPECT_LT(q8, fp8);
+  EXPECT_LT(fp8, q4);
 }
 
 TEST_F(QuantizeModel, RefusesToRequantizeAndNamesBadInput) {

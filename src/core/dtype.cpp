@@ -7,7 +7,7 @@
 
 namespace kestrel {
 namespace {
-constexpr std::array<DTypeTraits, 9> kTraits = {{
+constexpr std::array<DTypeTraits, 10> kTraits = {{
     {DType::F32, "F32", 1, 4},
     {DType::F16, "F16", 1, 2},
     {DType::Q4_0, "Q4_0", 32, 18},
@@ -17,6 +17,7 @@ constexpr std::array<DTypeTraits, 9> kTraits = {{
     {DType::I8, "I8", 1, 1},
     {DType::I32, "I32", 1, 4},
     {DType::BF16, "BF16", 1, 2},
+    {DType::FP8_E4M3, "FP8_E4M3", 32, 34},
 }};
 }  // namespace
 

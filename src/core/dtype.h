@@ -1,5 +1,5 @@
 // The element types that tensors in model files use, with their block geometry.
-// Ids are GGUF's (ggml_type) so a file's type field maps directly.
+// Ids are GGUF's (ggml_type) so a file's type field maps directly; kestrel's own types sit from 4096 up.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -19,6 +19,8 @@ enum class DType : uint32_t {
   I8 = 24,   // plain int8 elements: W8A8 weights, with per-row scales in a companion tensor (compute/ops.h)
   I32 = 26,  // plain int32 elements: W8A8's outlier channel indices
   BF16 = 30,
+  // kestrel's own types: ids far above GGUF's (which end in the 40s), so no GGUF reader mistakes them.
+  FP8_E4M3 = 4096,  // blocks of 32 FP8 E4M3 codes with an F16 scale (quant/blocks.h: BlockFP8)
 };
 
 struct DTypeTraits {

@@ -22,9 +22,9 @@ std::vector<const TensorView*> PackedWeights::build(const ModelWeights& weights,
   };
   std::vector<Job> jobs;
   for (const TensorView* t : matrices) {
-    if (t->type == DType::I8 && !int8_copies_.count(t)) {
-      int8_copies_[t] = allocate_large_buffer(t->n_bytes);
-      std::memcpy(int8_copies_[t].get(), t->data, t->n_bytes);
+    if ((t->type == DType::I8 || t->type == DType::FP8_E4M3) && !copies_.count(t)) {
+      copies_[t] = allocate_large_buffer(t->n_bytes);
+      std::memcpy(copies_[t].get(), t->data, t->n_bytes);
     }
     if (packed_.count(t) || !has_packed_layout(t->type, t->ne[0], t->ne[1])) continue;
     packed_[t].resize(static_cast<size_t>(t->ne[2]));
@@ -41,7 +41,7 @@ std::vector<const TensorView*> PackedWeights::build(const ModelWeights& weights,
   for (auto& w : workers) w.join();
   std::vector<const TensorView*> done;
   for (const auto& [t, _] : packed_) done.push_back(t);
-  for (const auto& [t, _] : int8_copies_) done.push_back(t);
+  for (const auto& [t, _] : copies_) done.push_back(t);
   return done;
 }
 
@@ -49,7 +49,7 @@ WeightMatrix PackedWeights::matrix(const TensorView& t, int64_t expert) const {
   WeightMatrix m = WeightMatrix::from(t, expert);
   const auto it = packed_.find(&t);
   if (it != packed_.end()) m.packed = it->second[static_cast<size_t>(expert)].get();
-  if (const auto copy = int8_copies_.find(&t); copy != int8_copies_.end()) m.data = copy->second.get();
+  if (const auto copy = copies_.find(&t); copy != copies_.end()) m.data = copy->second.get();
   if (m.type == DType::I8 && int8_) {
     const auto scales = int8_->find(&t);
     if (scales != int8_->end()) m.int8 = &scales->second;

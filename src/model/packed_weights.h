@@ -14,8 +14,8 @@ namespace kestrel {
 class PackedWeights {
  public:
   // Packs every matrix of a packable type (all experts of 3-D ones) using n_threads threads, and copies
-  // int8 (W8A8) matrices, which keep their row layout, into huge-page memory (file pages are 4 KiB: the
-  // streaming prefetchers stop at every page's end, and decode read them at half the speed).
+  // int8 (W8A8) and FP8 matrices, which keep their row layout, into huge-page memory (file pages are 4 KiB:
+  // the streaming prefetchers stop at every page's end, and decode read them at half the speed).
   // Returns the tensors that were packed, so the caller may release their file pages.
   std::vector<const TensorView*> build(const ModelWeights& weights, int n_threads);
 
@@ -28,7 +28,7 @@ class PackedWeights {
 
  private:
   std::unordered_map<const TensorView*, std::vector<std::shared_ptr<const PackedMatrix>>> packed_;  // tensor -> one per expert
-  std::unordered_map<const TensorView*, std::shared_ptr<uint8_t[]>> int8_copies_;  // tensor -> [n_bytes] its rows
+  std::unordered_map<const TensorView*, std::shared_ptr<uint8_t[]>> copies_;  // tensor -> [n_bytes] its rows
   const std::unordered_map<const TensorView*, Int8Scales>* int8_ = nullptr;  // ModelWeights::int8
 };
 

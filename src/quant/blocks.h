@@ -14,6 +14,13 @@ struct BlockQ8_0 {
 };
 static_assert(sizeof(BlockQ8_0) == 34);
 
+// 32 weights (kestrel's FP8_E4M3 type): w = d * e4m3(q), q an FP8 E4M3 code (quant/fp8.h); d = max|w| / 448.
+struct BlockFP8 {
+  uint16_t d;       // fp16 scale
+  uint8_t qs[kQK];  // [32] E4M3 codes
+};
+static_assert(sizeof(BlockFP8) == 34);
+
 // 32 weights: w = d * (q - 8), q in [0, 15]; element j in the low nibble of qs[j], element j+16 in the high.
 struct BlockQ4_0 {
   uint16_t d;

@@ -7,6 +7,7 @@
 #include "core/fp16.h"
 #include "quant/block_pack.h"
 #include "quant/blocks.h"
+#include "quant/fp8.h"
 
 namespace kestrel {
 namespace {
@@ -140,6 +141,14 @@ void dequantize_row(DType type, const void* row, float* out, size_t n) {
     case DType::Q4_0: dequant_q4_0(static_cast<const BlockQ4_0*>(row), out, n / kQK); break;
     case DType::Q4_K: dequant_q4_k(static_cast<const BlockQ4_K*>(row), out, n / kQK_K); break;
     case DType::Q6_K: dequant_q6_k(static_cast<const BlockQ6_K*>(row), out, n / kQK_K); break;
+    case DType::FP8_E4M3: {
+      const auto* b = static_cast<const BlockFP8*>(row);
+      for (size_t i = 0; i < n / kQK; ++i) {
+        const float d = fp16_to_fp32(b[i].d);
+        for (int j = 0; j < kQK; ++j) out[i * kQK + j] = d * fp8_e4m3_to_float(b[i].qs[j]);
+      }
+      break;
+    }
     case DType::I8: {
       const auto* q = static_cast<const int8_t*>(row);
       for (size_t i = 0; i < n; ++i) out[i] = q[i];
@@ -170,6 +179,17 @@ void quantize_row(DType type, const float* in, void* row, size_t n) {
     case DType::Q4_0: quant_q4_0(in, static_cast<BlockQ4_0*>(row), n / kQK); break;
     case DType::Q4_K: quant_q4_k(in, static_cast<BlockQ4_K*>(row), n / kQK_K); break;
     case DType::Q6_K: quant_q6_k(in, static_cast<BlockQ6_K*>(row), n / kQK_K); break;
+    case DType::FP8_E4M3: {
+      auto* b = static_cast<BlockFP8*>(row);
+      for (size_t i = 0; i < n / kQK; ++i) {
+        float amax = 0;
+        for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(in[i * kQK + j]));
+        b[i].d = fp32_to_fp16(amax / kFp8E4M3Max);
+        const float d = fp16_to_fp32(b[i].d), inverse = d > 0 ? 1.0f / d : 0.0f;
+        for (int j = 0; j < kQK; ++j) b[i].qs[j] = float_to_fp8_e4m3(in[i * kQK + j] * inverse);
+      }
+      break;
+    }
     case DType::I8: {
       auto* q = static_cast<int8_t*>(row);
       for (size_t i = 0; i < n; ++i) q[i] = static_cast<int8_t>(std::clamp(std::nearbyint(in[i]), -127.0f, 127.0f));

@@ -11,8 +11,9 @@ namespace {
 constexpr uint32_t kFileF32 = 0, kFileF16 = 1, kFileQ4_0 = 2, kFileQ8_0 = 7, kFileQ4_K_M = 15, kFileQ6_K = 18,
                    kFileBF16 = 32;
 constexpr uint32_t kFileW8A8 = 1024;  // kestrel's (model/w8a8_quantizer.h); llama.cpp names none
+constexpr uint32_t kFileFP8 = 1025;   // kestrel's FP8_E4M3 type
 
-const std::array<QuantScheme, 8> kSchemes = {{
+const std::array<QuantScheme, 9> kSchemes = {{
     {"F32", DType::F32, false, kFileF32},
     {"F16", DType::F16, false, kFileF16},
     {"BF16", DType::BF16, false, kFileBF16},
@@ -21,6 +22,7 @@ const std::array<QuantScheme, 8> kSchemes = {{
     {"Q4_K_M", DType::Q4_K, true, kFileQ4_K_M},
     {"Q6_K", DType::Q6_K, false, kFileQ6_K},
     {"W8A8", DType::I8, false, kFileW8A8},
+    {"FP8_E4M3", DType::FP8_E4M3, false, kFileFP8},
 }};
 
 bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
@@ -56,6 +58,7 @@ std::optional<QuantScheme> find_quant_scheme(std::string_view name) {
   std::string upper(name);
   std::transform(upper.begin(), upper.end(), upper.begin(), [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
   if (upper == "Q4_K") upper = "Q4_K_M";  // llama-quantize's alias
+  if (upper == "FP8") upper = "FP8_E4M3";
   for (const QuantScheme& s : kSchemes)
     if (upper == s.name) return s;
   return std::nullopt;
@@ -77,7 +80,7 @@ std::optional<DType> quant_tensor_type(const QuantScheme& scheme, bool pure, con
     const bool output = name == "output.weight" || (!facts.has_output && name == "token_embd.weight");
     const int layer = layer_of(name);
     if (output) {
-      t = row % 256 != 0 || scheme.base == DType::Q8_0 ? DType::Q8_0 : DType::Q6_K;
+      if (scheme.base != DType::FP8_E4M3) t = row % 256 != 0 || scheme.base == DType::Q8_0 ? DType::Q8_0 : DType::Q6_K;
     } else if (contains(name, "attn_v.weight")) {
       if (scheme.q4_k_m && more_bits(layer, facts.n_layers)) t = DType::Q6_K;
       if (facts.n_expert == 8) t = DType::Q8_0;  // "trades just ~128MB" for 8-expert models

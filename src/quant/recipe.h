@@ -5,7 +5,7 @@
 // - Quantized: 2-D and 3-D tensors named *.weight, except the MoE router (ffn_gate_inp) and normalisation
 //   weights; everything else is copied as it is.
 // - The output matrix (or token_embd when the model ties it as the output) gets Q6_K unless the scheme's
-//   base is Q8_0 or a float type (Q8_0 when its rows are not a multiple of 256).
+//   base is Q8_0, FP8_E4M3 or a float type (Q8_0 when its rows are not a multiple of 256).
 // - Q4_K_M: attn_v and ffn_down get Q6_K in the first and last eighth of the layers and every third layer
 //   between ("use_more_bits"). Models with 8 experts get Q8_0 for attn_k and attn_v.
 // - A tensor whose rows do not split into the chosen type's blocks falls back: K-quants to Q8_0 (llama.cpp
@@ -31,7 +31,8 @@ struct QuantScheme {
   uint32_t file_type;   // GGUF general.file_type (llama.cpp's llama_ftype)
 };
 
-// The scheme for a name (case-insensitive: q8_0, Q4_0, Q4_K, Q4_K_M, Q6_K, F16, BF16, F32, W8A8), or nullopt.
+// The scheme for a name (case-insensitive: q8_0, Q4_0, Q4_K, Q4_K_M, Q6_K, F16, BF16, F32, W8A8, FP8_E4M3
+// (alias FP8): kestrel's own types, not llama.cpp's), or nullopt.
 // W8A8 (base I8) picks its tensors' types itself (model/w8a8_quantizer.h), not by quant_tensor_type.
 std::optional<QuantScheme> find_quant_scheme(std::string_view name);
 // Every name find_quant_scheme accepts, for help and error messages: "Q8_0, Q4_0, ...".

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "compute/cpu/dot.h"
+#include "quant/blocks.h"
 
 namespace kestrel {
 namespace {
@@ -49,6 +50,30 @@ float dot_bf16_impl(const void* row, const float* x, size_t n) {
   return dot_float_row<V>(static_cast<const uint16_t*>(row), x, n, [](const uint16_t* p) { return V::load_bf16(p); });
 }
 
+// FP8 E4M3 blocks (quant/blocks.h): each block's 32 codes widened to F16 bits of value / 256 (exact: the
+// F16 exponent field holds E4M3's, whose bias is 8 less; quant/fp8.h), loaded as an F16 row, times the
+// block's scale (broadcast through the same F16 load); the sum times 256.
+template <class V>
+float dot_fp8_impl(const void* row, const float* x, size_t n) {
+  constexpr int kChains = kQK / V::W;  // one accumulator per vector of a block: independent FMA chains
+  const auto* blocks = static_cast<const BlockFP8*>(row);
+  typename V::type acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = V::zero();
+  uint16_t h[kQK], scale[V::W];  // one block's codes as F16 bits; its scale in every lane
+  for (size_t b = 0; b < n / kQK; ++b) {
+    for (int j = 0; j < kQK; ++j) {
+      const unsigned code = blocks[b].qs[j];
+      h[j] = static_cast<uint16_t>(((code & 0x80u) << 8) | ((code & 0x7Fu) << 7));
+    }
+    for (int j = 0; j < V::W; ++j) scale[j] = blocks[b].d;
+    const typename V::type d = V::load(scale);
+    for (int c = 0; c < kChains; ++c)
+      acc[c] = V::fma(V::mul(V::load(h + c * V::W), d), V::load(x + b * kQK + c * V::W), acc[c]);
+  }
+  for (int c = 1; c < kChains; ++c) acc[0] = V::add(acc[0], acc[c]);
+  return 256.0f * V::reduce_add(acc[0]);
+}
+
 // The float types' kernels; nullptr for the block types (matmul dots those with the integer kernels).
 template <class V>
 DotFn dot_float_table(DType type) {
@@ -56,6 +81,7 @@ DotFn dot_float_table(DType type) {
     case DType::F32: return dot_f32_impl<V>;
     case DType::F16: return dot_f16_impl<V>;
     case DType::BF16: return dot_bf16_impl<V>;
+    case DType::FP8_E4M3: return dot_fp8_impl<V>;
     default: return nullptr;
   }
 }

@@ -73,6 +73,7 @@ DotFn dot_kernel_scalar(DType type) {
     case DType::Q4_0: return dot_blocks_scalar<DType::Q4_0>;
     case DType::Q4_K: return dot_blocks_scalar<DType::Q4_K>;
     case DType::Q6_K: return dot_blocks_scalar<DType::Q6_K>;
+    case DType::FP8_E4M3: return dot_blocks_scalar<DType::FP8_E4M3>;
     default: return nullptr;  // int8 matrices go through their scales (w8a8_gemm.h)
   }
 }
