@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "compute/cpu/int8_dot.h"
+#include "compute/cpu/int8_dot_rows.h"
 
 namespace kestrel {
 namespace {
@@ -17,7 +17,12 @@ int32_t reduce_add(__m256i v) {
 }
 
 template <int NT>
-void dot_i8(const int8_t* w, const int8_t* x, size_t x_stride, size_t n, int32_t* out, const int8_t* prefetch) {
+struct RowDot {
+  static void dot(const int8_t* w, const int8_t* x, size_t x_stride, size_t n, int32_t* out, const int8_t* prefetch);
+};
+
+template <int NT>
+void RowDot<NT>::dot(const int8_t* w, const int8_t* x, size_t x_stride, size_t n, int32_t* out, const int8_t* prefetch) {
   __m256i acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_si256();
   const __m256i ones = _mm256_set1_epi16(1);
@@ -36,21 +41,6 @@ void dot_i8(const int8_t* w, const int8_t* x, size_t x_stride, size_t n, int32_t
     int32_t sum = reduce_add(acc[t]);
     for (size_t j = i; j < n; ++j) sum += int32_t{w[j]} * int32_t{x[t * x_stride + j]};
     out[t] = sum;
-  }
-}
-
-void dot_i8_avx2(const int8_t* w, size_t w_stride, int n_rows, const int8_t* x, size_t x_stride, int n_tok,
-                 size_t n, int32_t* out, const int8_t* prefetch) {
-  for (int r = 0; r < n_rows; ++r) {
-    const int8_t* row = w + static_cast<size_t>(r) * w_stride;
-    const int8_t* ahead = prefetch ? prefetch + static_cast<size_t>(r) * w_stride : nullptr;
-    int32_t* row_out = out + r * kDotI8MaxTokens;
-    switch (n_tok) {
-      case 1: dot_i8<1>(row, x, x_stride, n, row_out, ahead); break;
-      case 2: dot_i8<2>(row, x, x_stride, n, row_out, ahead); break;
-      case 3: dot_i8<3>(row, x, x_stride, n, row_out, ahead); break;
-      default: dot_i8<4>(row, x, x_stride, n, row_out, ahead); break;
-    }
   }
 }
 
@@ -84,6 +74,6 @@ float max_abs_avx2(const float* x, size_t n) {
 
 }  // namespace
 
-Int8Kernels int8_kernels_avx2() { return {dot_i8_avx2, quantize_i8_avx2, max_abs_avx2}; }
+Int8Kernels int8_kernels_avx2() { return {dot_i8_row_by_row<RowDot>, quantize_i8_avx2, max_abs_avx2}; }
 
 }  // namespace kestrel

@@ -1,13 +1,18 @@
 // NEON build of the int8 row dots (int8_dot.h): signed 8-bit dot products (sdot), 16 inputs a step.
 #include <arm_neon.h>
 
-#include "compute/cpu/int8_dot.h"
+#include "compute/cpu/int8_dot_rows.h"
 
 namespace kestrel {
 namespace {
 
 template <int NT>
-void dot_i8(const int8_t* w, const int8_t* x, size_t x_stride, size_t n, int32_t* out, const int8_t* prefetch) {
+struct RowDot {
+  static void dot(const int8_t* w, const int8_t* x, size_t x_stride, size_t n, int32_t* out, const int8_t* prefetch);
+};
+
+template <int NT>
+void RowDot<NT>::dot(const int8_t* w, const int8_t* x, size_t x_stride, size_t n, int32_t* out, const int8_t* prefetch) {
   int32x4_t acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = vdupq_n_s32(0);
   size_t i = 0;
@@ -23,23 +28,8 @@ void dot_i8(const int8_t* w, const int8_t* x, size_t x_stride, size_t n, int32_t
   }
 }
 
-void dot_i8_neon(const int8_t* w, size_t w_stride, int n_rows, const int8_t* x, size_t x_stride, int n_tok,
-                 size_t n, int32_t* out, const int8_t* prefetch) {
-  for (int r = 0; r < n_rows; ++r) {
-    const int8_t* row = w + static_cast<size_t>(r) * w_stride;
-    const int8_t* ahead = prefetch ? prefetch + static_cast<size_t>(r) * w_stride : nullptr;
-    int32_t* row_out = out + r * kDotI8MaxTokens;
-    switch (n_tok) {
-      case 1: dot_i8<1>(row, x, x_stride, n, row_out, ahead); break;
-      case 2: dot_i8<2>(row, x, x_stride, n, row_out, ahead); break;
-      case 3: dot_i8<3>(row, x, x_stride, n, row_out, ahead); break;
-      default: dot_i8<4>(row, x, x_stride, n, row_out, ahead); break;
-    }
-  }
-}
-
 }  // namespace
 
-Int8Kernels int8_kernels_neon() { return {dot_i8_neon, nullptr, nullptr}; }
+Int8Kernels int8_kernels_neon() { return {dot_i8_row_by_row<RowDot>, nullptr, nullptr}; }
 
 }  // namespace kestrel
