@@ -121,6 +121,22 @@ TEST(Cli, QuantizeWritesARunnableModel) {
   EXPECT_NE(test::run_command(kestrel_cmd("quantize " + source + " " + quantized + " q4_0 --method awq --imatrix " + imatrix + " 2>&1"), out), 0);
   EXPECT_NE(test::run_command(kestrel_cmd("quantize " + source + " " + quantized + " q4_0 --imatrix " + calib + " 2>&1"), out), 0);
   EXPECT_NE(out.find("imatrix"), std::string::npos) << out;
+  // W8A8: SmoothQuant by default with --calib; its own methods only; calibration where a flag needs it.
+  ASSERT_EQ(test::run_command(kestrel_cmd("quantize " + source + " " + quantized + " W8A8 --calib " + calib +
+                                          " -c 64 --outlier-threshold 6 --static-scales 2>&1"), out), 0) << out;
+  EXPECT_NE(out.find("F32 -> I8"), std::string::npos) << out;
+  EXPECT_NE(out.find("(smoothquant)"), std::string::npos) << out;
+  EXPECT_NE(out.find(".weight_scale"), std::string::npos) << out;
+  EXPECT_NE(out.find(".input_scale"), std::string::npos) << out;
+  ASSERT_EQ(test::run_command(kestrel_cmd("generate -m " + quantized + " -p 'hello' -n 4 -t 2 2>/dev/null"), out), 0);
+  EXPECT_NE(test::run_command(kestrel_cmd("quantize " + source + " " + quantized + " W8A8 --calib " + calib + " --method gptq 2>&1"), out), 0);
+  EXPECT_NE(out.find("W8A8"), std::string::npos) << out;
+  EXPECT_NE(test::run_command(kestrel_cmd("quantize " + source + " " + quantized + " q4_0 --calib " + calib + " --method smoothquant 2>&1"), out), 0);
+  EXPECT_NE(test::run_command(kestrel_cmd("quantize " + source + " " + quantized + " W8A8 --static-scales 2>&1"), out), 0);
+  EXPECT_NE(out.find("--calib"), std::string::npos) << out;
+  ASSERT_EQ(test::run_command(kestrel_cmd("quantize " + source + " " + quantized + " fp8 2>&1"), out), 0) << out;
+  EXPECT_NE(out.find("-> FP8_E4M3"), std::string::npos) << out;
+  ASSERT_EQ(test::run_command(kestrel_cmd("generate -m " + quantized + " -p 'hello' -n 4 -t 2 2>/dev/null"), out), 0);
   for (const std::string& f : {source, quantized, calib, imatrix}) std::filesystem::remove(f);
 }
 
