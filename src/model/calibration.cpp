@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "model/activation_observer.h"
+#include "quant/linalg.h"
 
 namespace kestrel {
 namespace {
@@ -103,14 +104,7 @@ void accumulate_gram(ThreadPool& pool, const float* x, int n_tok, int64_t n, flo
     for (size_t i = begin; i < end; ++i) {
       const float* xi = xt.data() + i * static_cast<size_t>(n_tok);
       float* hi = h + i * static_cast<size_t>(n);
-      for (size_t j = 0; j <= i; ++j) {
-        const float* xj = xt.data() + j * static_cast<size_t>(n_tok);
-        float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-        int t = 0;
-        for (; t + 4 <= n_tok; t += 4) s0 += xi[t] * xj[t], s1 += xi[t + 1] * xj[t + 1], s2 += xi[t + 2] * xj[t + 2], s3 += xi[t + 3] * xj[t + 3];
-        for (; t < n_tok; ++t) s0 += xi[t] * xj[t];
-        hi[j] += (s0 + s1) + (s2 + s3);
-      }
+      for (size_t j = 0; j <= i; ++j) hi[j] += dot(xi, xt.data() + j * static_cast<size_t>(n_tok), n_tok);
     }
   });
 }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <unordered_map>
 
 #include "io/gguf.h"
 #include "model/w8a8_quantizer.h"
@@ -178,10 +179,12 @@ Result<QuantizeReport> quantize_model(const QuantizeOptions& options, ThreadPool
 
   AwqFold fold;
   if (options.method == QuantMethod::Awq) {
+    std::unordered_map<std::string, DType> converted_to;  // converted tensor -> its type
+    for (const TensorQuantReport& r : report.tensors)
+      if (r.converted) converted_to.emplace(r.name, r.to);
     const auto target = [&](const std::string& name) -> std::optional<DType> {
-      for (const TensorQuantReport& r : report.tensors)
-        if (r.name == name) return r.converted ? std::optional<DType>(r.to) : std::nullopt;
-      return std::nullopt;
+      const auto it = converted_to.find(name);
+      return it == converted_to.end() ? std::nullopt : std::optional<DType>(it->second);
     };
     auto folded = awq_fold(in, *options.hessians, target, options.awq, pool);
     if (!folded.ok()) return Error{folded.error()};

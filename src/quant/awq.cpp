@@ -11,9 +11,10 @@
 namespace kestrel {
 namespace {
 
-// sum over scored rows r of d_r H d_r^T (d = W' - W) and of w_r H w_r^T, for one matrix under scales s.
+// Adds to `error` the sum over scored rows r of d_r H d_r^T (d = W' - W), for one matrix under scales s, and
+// to `*energy` (when given: it does not depend on s) the sum of w_r H w_r^T.
 void score(const AwqMatrix& m, int64_t n_in, const float* h, const std::vector<float>& s, int64_t max_rows, ThreadPool& pool,
-           double& error, double& energy) {
+           double& error, double* energy) {
   const int64_t stride = std::max<int64_t>(1, m.n_out / std::max<int64_t>(1, max_rows));
   const int64_t n_rows = (m.n_out + stride - 1) / stride;
   std::vector<double> err(static_cast<size_t>(pool.n_threads()), 0.0), ref(err.size(), 0.0);  // [threads]
@@ -32,17 +33,18 @@ void score(const AwqMatrix& m, int64_t n_in, const float* h, const std::vector<f
       std::fill(hd.begin(), hd.end(), 0.0f);
       std::fill(hw.begin(), hw.end(), 0.0f);
       for (size_t b = 0; b < n; ++b) {
-        const float* hb = h + b * n;
-        const float db = d[b], wb = w[b];
-        axpy(db, hb, hd.data(), n_in);
-        axpy(wb, hb, hw.data(), n_in);
+        axpy(d[b], h + b * n, hd.data(), n_in);
+        if (energy) axpy(w[b], h + b * n, hw.data(), n_in);
       }
       double e = 0, r = 0;
       for (size_t a = 0; a < n; ++a) e += static_cast<double>(d[a]) * hd[a], r += static_cast<double>(w[a]) * hw[a];
       err[static_cast<size_t>(thread)] += e, ref[static_cast<size_t>(thread)] += r;
     }
   });
-  for (size_t t = 0; t < err.size(); ++t) error += err[t], energy += ref[t];
+  for (size_t t = 0; t < err.size(); ++t) {
+    error += err[t];
+    if (energy) *energy += ref[t];
+  }
 }
 
 }  // namespace
@@ -66,7 +68,7 @@ AwqScales awq_search(std::span<const AwqMatrix> ms, int64_t n_in, const float* h
   if (!std::isfinite(floor)) return best;  // no channel saw a token
   for (double& v : act) v = 0.5 * std::log(std::max(v, floor));
 
-  double best_error = std::numeric_limits<double>::infinity();
+  double best_error = std::numeric_limits<double>::infinity(), energy = 0;  // energy: measured with alpha = 0
   std::vector<float> s(n);
   for (int k = 0; k <= options.grid; ++k) {
     const double alpha = static_cast<double>(k) / options.grid;
@@ -74,10 +76,10 @@ AwqScales awq_search(std::span<const AwqMatrix> ms, int64_t n_in, const float* h
     for (size_t j = 0; j < n; ++j) mean += alpha * act[j];
     mean /= static_cast<double>(n);
     for (size_t j = 0; j < n; ++j) s[j] = static_cast<float>(std::exp(alpha * act[j] - mean));
-    double error = 0, energy = 0;
+    double error = 0;
     for (const AwqMatrix& m : ms)
       if (dtype_traits(m.type).block_elems > 1 && n % dtype_traits(m.type).block_elems == 0)
-        score(m, n_in, h, s, options.max_rows, pool, error, energy);
+        score(m, n_in, h, s, options.max_rows, pool, error, k == 0 ? &energy : nullptr);
     if (energy <= 0) return best;  // nothing quantized in this group
     const double relative = error / energy;
     if (k == 0) best.error_before = relative;

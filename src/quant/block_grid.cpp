@@ -8,9 +8,9 @@
 
 namespace kestrel {
 
-uint8_t BlockGrid::code(int i, float x) const {
-  if (step[i] == 0.0f) return 0;
-  const float q = std::nearbyint((x - offset[i]) / step[i]);
+uint8_t grid_code(float step, float offset, int levels, float x) {
+  if (step == 0.0f) return 0;
+  const float q = std::nearbyint((x - offset) / step);
   return static_cast<uint8_t>(std::clamp(q, 0.0f, static_cast<float>(levels - 1)));
 }
 

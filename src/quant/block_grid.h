@@ -10,6 +10,9 @@
 
 namespace kestrel {
 
+// The code of the value nearest to x on the grid step * q + offset, q in [0, levels - 1] (0 where step is 0).
+uint8_t grid_code(float step, float offset, int levels, float x);
+
 struct BlockGrid {
   int n = 0;                // elements in the block (the type's block size)
   int levels = 0;           // codes 0 .. levels - 1
@@ -17,7 +20,7 @@ struct BlockGrid {
   float offset[kQK_K] = {}; // [n]
 
   // The code of the grid value nearest to x at element i.
-  uint8_t code(int i, float x) const;
+  uint8_t code(int i, float x) const { return grid_code(step[i], offset[i], levels, x); }
   float value(int i, uint8_t q) const { return step[i] * static_cast<float>(q) + offset[i]; }
 };
 

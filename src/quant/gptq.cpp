@@ -55,7 +55,7 @@ Status gptq_quantize(DType type, const float* w, int64_t n_out, int64_t n_in, co
                      uint8_t* out, ThreadPool& pool) {
   const int64_t bs = dtype_traits(type).block_elems;
   const size_t out_row = row_bytes(type, static_cast<size_t>(n_in)), block_bytes = dtype_traits(type).block_bytes;
-  const float top_code = static_cast<float>(grid_levels(type) - 1);
+  const int levels = grid_levels(type);
   std::vector<float> importance(static_cast<size_t>(n_in));  // [n_in] diag(H)
   std::vector<int64_t> perm(static_cast<size_t>(n_in));      // [n_in] visiting order -> original column
   for (int64_t j = 0; j < n_in; ++j) importance[static_cast<size_t>(j)] = std::max(h[j * n_in + j], 0.0f);
@@ -104,8 +104,7 @@ Status gptq_quantize(DType type, const float* w, int64_t n_out, int64_t n_in, co
             if (!options.act_order && c % bs == 0) fit_block(r, c / bs, x + p);
             const size_t at = static_cast<size_t>(r * n_in + c);
             const float s = t.step[at], o = t.offset[at];
-            const float level = s != 0.0f ? std::nearbyint((x[p] - o) / s) : 0.0f;
-            const uint8_t q = static_cast<uint8_t>(std::clamp(level, 0.0f, top_code));
+            const uint8_t q = grid_code(s, o, levels, x[p]);
             t.codes[at] = q;
             const float* up = u.data() + p * n_in;
             const float err = (x[p] - (s * static_cast<float>(q) + o)) / up[p];

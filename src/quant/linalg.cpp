@@ -113,4 +113,15 @@ KESTREL_SIMD_CLONES void axpy(float a, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
+KESTREL_SIMD_CLONES float dot(const float* a, const float* b, int64_t n) {
+  float s[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int l = 0; l < 16; ++l) s[l] += a[i + l] * b[i + l];
+  float total = 0;
+  for (; i < n; ++i) total += a[i] * b[i];
+  for (const float v : s) total += v;
+  return total;
+}
+
 }  // namespace kestrel

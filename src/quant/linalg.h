@@ -20,4 +20,7 @@ void invert_lower(double* l, int64_t n, ThreadPool& pool);
 // y[i] += a * x[i] for i < n.
 void axpy(float a, const float* x, float* y, int64_t n);
 
+// sum_i a[i] * b[i] for i < n (in 16 partial sums: the order differs from a plain loop's).
+float dot(const float* a, const float* b, int64_t n);
+
 }  // namespace kestrel
