@@ -164,6 +164,13 @@ TEST(W8A8, SmoothingFactorsBalanceActivationAndWeightRanges) {
   EXPECT_NEAR(s[3], 2.0f, 1e-5);
   // After smoothing, alpha = 0.5 leaves each channel's activation and weight ranges equal.
   for (size_t j : {0u, 1u, 3u}) EXPECT_NEAR(act[j] / s[j], std::max(std::fabs(w1[j]), std::fabs(w2[j])) * s[j], 1e-4);
+  // Tied channels (heads reading one V row) share one factor from their pooled ranges.
+  const int64_t tie[] = {0, 1, 0, 1};
+  const auto tied = smoothing_factors(act, ws, 0.5f, tie);
+  EXPECT_EQ(tied[0], tied[2]);
+  EXPECT_EQ(tied[1], tied[3]);
+  EXPECT_NEAR(tied[0], std::sqrt(100.0f / 2.0f), 1e-4);  // max act 100, max |W| over columns 0 and 2: 2
+  EXPECT_NEAR(tied[1], std::sqrt(4.0f / 4.0f), 1e-4);
   EXPECT_EQ(outlier_channels(act, 1.0f, 4), (std::vector<int32_t>{0, 3}));  // median (upper) 4 of 0, 1, 4, 100
   EXPECT_EQ(outlier_channels(act, 1.0f, 1), (std::vector<int32_t>{0}));     // the largest first
   EXPECT_EQ(outlier_channels(act, 200.0f, 4), (std::vector<int32_t>{}));

@@ -36,27 +36,55 @@ std::vector<float> read_floats(const TensorView& t) {
   return out;
 }
 
-// A norm weight and the matrices its output feeds, all of them int8 (nothing else reads the norm's
-// output), so SmoothQuant's factors can be folded into it.
+// Matrices sharing one input (all int8), and what produces that input, whose channel p is divided by the
+// factor: a norm weight's element p, or a producer matrix's row p (and its bias's element p). Nothing else
+// reads the producer's output, so the float model is unchanged.
 struct SmoothGroup {
-  std::string norm;
+  std::vector<std::string> divided;  // norm weight, or producer matrix (+ bias)
   std::vector<std::string> matrices;
+  std::vector<int64_t> tie;          // [n_in] input channel -> producer channel; empty: the same
 };
 
+int64_t metadata_int(const GgufFile& in, const std::string& key) {
+  const auto arch = in.get_string("general.architecture");
+  if (!arch.ok() || !arch.value()) return 0;
+  const auto v = in.get_int(*arch.value() + "." + key);
+  return v.ok() && v.value() ? *v.value() : 0;
+}
+
+// Per layer: attn_norm -> q/k/v (or MLA's down projections); ffn_norm -> gate/up (dense layers);
+// attn_v's rows -> attn_output (the attention output is linear in V; the heads of a KV group share V's
+// rows, so their channels share factors); ffn_up's rows -> ffn_down (silu(gate) * up is linear in up).
 std::vector<SmoothGroup> smooth_groups(const GgufFile& in, const std::set<std::string>& int8) {
   std::vector<SmoothGroup> groups;
-  const auto group = [&](const std::string& p, const char* norm, std::initializer_list<const char*> names) {
-    SmoothGroup g{p + norm + ".weight", {}};
-    for (const char* n : names)
-      if (in.find_tensor(p + n + ".weight")) g.matrices.push_back(p + n + ".weight");
+  const auto add = [&](SmoothGroup g) {
     for (const std::string& m : g.matrices)
       if (!int8.count(m)) return;
-    if (!g.matrices.empty() && in.find_tensor(g.norm)) groups.push_back(std::move(g));
+    for (const std::string& d : g.divided)
+      if (!in.find_tensor(d)) return;
+    if (!g.matrices.empty()) groups.push_back(std::move(g));
   };
+  const int64_t n_head = metadata_int(in, "attention.head_count");
+  const int64_t n_kv_head = metadata_int(in, "attention.head_count_kv") ? metadata_int(in, "attention.head_count_kv") : n_head;
   for (int il = 0; in.find_tensor("blk." + std::to_string(il) + ".attn_norm.weight"); ++il) {
     const std::string p = "blk." + std::to_string(il) + ".";
-    group(p, "attn_norm", {"attn_q", "attn_k", "attn_v", "attn_q_a", "attn_kv_a_mqa"});
-    if (!in.find_tensor(p + "ffn_gate_inp.weight")) group(p, "ffn_norm", {"ffn_gate", "ffn_up"});
+    SmoothGroup attn{{p + "attn_norm.weight"}, {}, {}};
+    for (const char* n : {"attn_q", "attn_k", "attn_v", "attn_q_a", "attn_kv_a_mqa"})
+      if (in.find_tensor(p + n + ".weight")) attn.matrices.push_back(p + n + ".weight");
+    add(attn);
+    const bool dense = !in.find_tensor(p + "ffn_gate_inp.weight") && in.find_tensor(p + "ffn_up.weight");
+    if (dense) add({{p + "ffn_norm.weight"}, {p + "ffn_gate.weight", p + "ffn_up.weight"}, {}});
+    if (dense) add({{p + "ffn_up.weight"}, {p + "ffn_down.weight"}, {}});
+    const TensorView* o = in.find_tensor(p + "attn_output.weight");
+    const TensorView* v = in.find_tensor(p + "attn_v.weight");
+    if (o && v && n_head > 0 && n_kv_head > 0 && n_head % n_kv_head == 0 && o->ne[0] % n_head == 0) {
+      const int64_t hd = o->ne[0] / n_head, per_group = n_head / n_kv_head;
+      if (v->n_dims != 2 || v->ne[1] != n_kv_head * hd) continue;
+      SmoothGroup vo{{p + "attn_v.weight"}, {p + "attn_output.weight"}, std::vector<int64_t>(static_cast<size_t>(o->ne[0]))};
+      if (in.find_tensor(p + "attn_v.bias")) vo.divided.push_back(p + "attn_v.bias");
+      for (int64_t c = 0; c < o->ne[0]; ++c) vo.tie[static_cast<size_t>(c)] = (c / hd / per_group) * hd + c % hd;
+      add(vo);
+    }
   }
   return groups;
 }
@@ -116,22 +144,32 @@ Result<QuantizeReport> quantize_model_w8a8(const QuantizeOptions& options, Threa
       ranges[name].assign(m, m + in.find_tensor(name)->ne[0]);
     }
 
-  // SmoothQuant: scale the matrices' columns and divide their norm weight.
+  // SmoothQuant: scale the matrices' columns and divide their input's producer.
   std::map<std::string, std::vector<float>> replaced;  // tensor -> new contents [n_elements]
+  const auto contents = [&](const std::string& name) -> std::vector<float>& {
+    const auto it = replaced.find(name);
+    return it != replaced.end() ? it->second : (replaced[name] = read_floats(*in.find_tensor(name)));
+  };
+  QuantizeReport report;
   if (smooth)
     for (const SmoothGroup& g : smooth_groups(in, int8)) {
       std::vector<const std::vector<float>*> ws;
-      for (const std::string& m : g.matrices) ws.push_back(&(replaced[m] = read_floats(*in.find_tensor(m))));
-      const std::vector<float> s = smoothing_factors(ranges[g.matrices[0]], ws, options.smooth_alpha);
+      for (const std::string& m : g.matrices) ws.push_back(&contents(m));
+      const std::vector<float> s = smoothing_factors(ranges[g.matrices[0]], ws, options.smooth_alpha, g.tie);
       const size_t n_in = s.size();
       for (const std::string& m : g.matrices) {
-        std::vector<float>& w = replaced[m];
+        std::vector<float>& w = contents(m);
         for (size_t i = 0; i < w.size(); ++i) w[i] *= s[i % n_in];
         for (size_t j = 0; j < n_in; ++j) ranges[m][j] /= s[j];
       }
-      std::vector<float> norm = read_floats(*in.find_tensor(g.norm));
-      for (size_t j = 0; j < n_in; ++j) norm[j] /= s[j];
-      replaced[g.norm] = std::move(norm);
+      std::vector<float> producer_s(n_in);  // [producer channels] (tied channels share their factor)
+      for (size_t j = 0; j < n_in; ++j) producer_s[g.tie.empty() ? j : static_cast<size_t>(g.tie[j])] = s[j];
+      for (const std::string& d : g.divided) {
+        std::vector<float>& t = contents(d);
+        const size_t channels = static_cast<size_t>(in.find_tensor(d)->n_dims == 1 ? in.find_tensor(d)->ne[0] : in.find_tensor(d)->ne[1]);
+        const size_t row = t.size() / channels;  // 1 for a norm weight or bias
+        for (size_t i = 0; i < t.size(); ++i) t[i] /= producer_s[i / row];
+      }
     }
   std::map<std::string, Int8Plan> plans;
   for (const std::string& name : int8) {
@@ -145,7 +183,6 @@ Result<QuantizeReport> quantize_model_w8a8(const QuantizeOptions& options, Threa
   const auto q8 = find_quant_scheme("Q8_0");
   QuantModelFacts facts;
   facts.has_output = in.find_tensor("output.weight") != nullptr;
-  QuantizeReport report;
   GgufWriter w;
   for (const std::string& key : in.keys()) w.set_value(key, *in.find(key));
   w.set_u32("general.file_type", options.scheme.file_type);

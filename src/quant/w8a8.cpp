@@ -8,15 +8,20 @@
 namespace kestrel {
 
 std::vector<float> smoothing_factors(std::span<const float> act_max, std::span<const std::vector<float>* const> ws,
-                                     float alpha) {
+                                     float alpha, std::span<const int64_t> tie) {
   const size_t n_in = act_max.size();
-  std::vector<float> w_max(n_in, 0.0f);  // [n_in] max |W_j| over all rows of all matrices
+  const auto key = [&](size_t j) { return tie.empty() ? j : static_cast<size_t>(tie[j]); };
+  size_t n_keys = n_in;
+  if (!tie.empty()) n_keys = static_cast<size_t>(*std::max_element(tie.begin(), tie.end())) + 1;
+  std::vector<float> a_max(n_keys, 0.0f), w_max(n_keys, 0.0f);  // [keys] pooled ranges
+  for (size_t j = 0; j < n_in; ++j) a_max[key(j)] = std::max(a_max[key(j)], act_max[j]);
   for (const std::vector<float>* w : ws)
-    for (size_t i = 0; i < w->size(); ++i) w_max[i % n_in] = std::max(w_max[i % n_in], std::fabs((*w)[i]));
+    for (size_t i = 0; i < w->size(); ++i) w_max[key(i % n_in)] = std::max(w_max[key(i % n_in)], std::fabs((*w)[i]));
   std::vector<float> s(n_in, 1.0f);
   for (size_t j = 0; j < n_in; ++j) {
-    if (act_max[j] <= 0.0f || w_max[j] <= 0.0f) continue;
-    const double f = std::pow(static_cast<double>(act_max[j]), alpha) / std::pow(static_cast<double>(w_max[j]), 1.0 - alpha);
+    const float a = a_max[key(j)], m = w_max[key(j)];
+    if (a <= 0.0f || m <= 0.0f) continue;
+    const double f = std::pow(static_cast<double>(a), alpha) / std::pow(static_cast<double>(m), 1.0 - alpha);
     s[j] = static_cast<float>(std::clamp(f, 1e-5, 1e5));
   }
   return s;

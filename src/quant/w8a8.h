@@ -11,11 +11,13 @@ namespace kestrel {
 
 // SmoothQuant's per-input-channel factors for matrices sharing one input x [*, n_in]:
 // s_j = max|x_j|^alpha / max|W_j|^(1 - alpha), max|W_j| over every row of every matrix (each [n_out_i][n_in]).
-// Dividing x_j by s_j (folded into the norm weight before them) and multiplying column j of each matrix
-// by it leaves the products unchanged and moves the activation's range into the weights. s_j = 1 where
+// Dividing x_j by s_j (folded into what produces x: a norm weight, or a producer matrix's row) and
+// multiplying column j of each matrix by it leaves the products unchanged and moves the activation's
+// range into the weights. tie (optional, [n_in]): channels with the same key must share one factor (the
+// attention output's heads that read one KV head's V row); their ranges pool by maximum. s_j = 1 where
 // either maximum is 0; factors are clamped to [1e-5, 1e5].
 std::vector<float> smoothing_factors(std::span<const float> act_max, std::span<const std::vector<float>* const> ws,
-                                     float alpha);
+                                     float alpha, std::span<const int64_t> tie = {});
 
 // The input channels LLM.int8 computes in float (ascending): those whose max|x_j| reaches `ratio` times the
 // median channel's, at most max_count of them (the largest). A ratio relative to the layer's own typical
