@@ -11,6 +11,8 @@
 #include "compute/cpu/q8_activations.h"
 #include "compute/ref/ref_ops.h"
 #include "core/fp16.h"
+#include "quant/block_grid.h"
+#include "quant/blocks.h"
 #include "quant/fp8.h"
 #include "quant/quantize.h"
 #include "test_support.h"
@@ -18,8 +20,11 @@
 namespace kestrel {
 namespace {
 
-const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,
-                        DType::Q4_0, DType::Q4_K, DType::Q6_K, DType::FP8_E4M3};
+const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
+                        DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::FP8_E4M3};
+// The quantized GGUF block types (integer row dots and packed layouts).
+const DType kBlockTypes[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
+                             DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
 std::vector<float> random_vector(size_t n, uint32_t seed, float scale = 1.0f) { return test::gaussian_vector(n, seed, scale); }
 
@@ -77,7 +82,7 @@ TEST(Kernels, F32DotHandlesOddLengths) {
 TEST(Kernels, IntegerDotMatchesReferenceOnEveryIsa) {
   const size_t n = 2048, nb = n / 32;
   for (Isa isa : runnable_isas()) {
-    for (DType type : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K}) {
+    for (DType type : kBlockTypes) {
       const DotQ8Fn fast = dot_q8_kernel(type, isa), slow = dot_q8_kernel_scalar(type);
       ASSERT_NE(fast, nullptr);
       const auto bytes = quantized(type, random_vector(n, 41, 0.05f), n);
@@ -99,7 +104,7 @@ TEST(Kernels, IntegerDotMatchesReferenceOnEveryIsa) {
 
 TEST(Kernels, PackedGemmMatchesReferenceOnEveryIsa) {
   const size_t n_in = 512, n_out = 48, nb = n_in / 32;
-  for (DType type : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+  for (DType type : kBlockTypes) {
     const auto bytes = quantized(type, random_vector(n_in * n_out, 70, 0.05f), n_in);
     const WeightMatrix m{type, static_cast<int64_t>(n_in), static_cast<int64_t>(n_out), bytes.data(), row_bytes(type, n_in)};
     const auto packed = PackedMatrix::pack(m);
@@ -622,8 +627,9 @@ TEST(Quantize, RoundTripErrorWithinFormatBounds) {
   const auto x = random_vector(n, 5, 1.0f);
   // Relative RMS error bounds for Gaussian data, generous versions of the formats' typical figures.
   const std::pair<DType, double> bounds[] = {{DType::F32, 0},      {DType::F16, 1e-3},  {DType::BF16, 5e-3},
-                                             {DType::Q8_0, 0.01},  {DType::Q4_0, 0.15}, {DType::Q4_K, 0.12},
-                                             {DType::Q6_K, 0.04},  {DType::FP8_E4M3, 0.035}};
+                                             {DType::Q8_0, 0.01},  {DType::Q4_0, 0.15}, {DType::Q4_1, 0.15},
+                                             {DType::Q5_0, 0.08},  {DType::Q5_1, 0.08}, {DType::Q4_K, 0.12},
+                                             {DType::Q5_K, 0.07},  {DType::Q6_K, 0.04}, {DType::FP8_E4M3, 0.035}};
   for (const auto& [type, bound] : bounds) {
     const auto bytes = quantized(type, x, n);
     std::vector<float> y(n);
@@ -637,6 +643,75 @@ TEST(Quantize, RoundTripErrorWithinFormatBounds) {
     if (type != DType::F32) {
       EXPECT_GT(std::sqrt(err / ref), 0.0) << dtype_name(type) << " should be lossy";
     }
+  }
+}
+
+// The bit layouts of the 5-bit and min formats, built by hand as GGUF lays them out (ggml's block_q4_1,
+// block_q5_0, block_q5_1 and block_q5_K), decode to the values the format defines.
+TEST(Quantize, BlockFormatsDecodeAsGgufLaysThemOut) {
+  std::vector<float> y(256);
+  {
+    BlockQ4_1 b{fp32_to_fp16(0.5f), fp32_to_fp16(-1.0f), {}};
+    b.qs[0] = 0x3A;  // element 0: 10, element 16: 3
+    dequantize_row(DType::Q4_1, &b, y.data(), 32);
+    EXPECT_EQ(y[0], 0.5f * 10 - 1.0f);
+    EXPECT_EQ(y[16], 0.5f * 3 - 1.0f);
+    EXPECT_EQ(y[1], -1.0f);
+  }
+  {
+    BlockQ5_0 b{fp32_to_fp16(0.25f), {0x01, 0x00, 0x01, 0x80}, {}};  // bits 0, 16 and 31 of qh
+    b.qs[0] = 0x21;                                                  // element 0: 1 | 16, element 16: 2 | 16
+    b.qs[15] = 0x70;                                                 // element 15: 0, element 31: 7 | 16
+    dequantize_row(DType::Q5_0, &b, y.data(), 32);
+    EXPECT_EQ(y[0], 0.25f * (17 - 16));
+    EXPECT_EQ(y[16], 0.25f * (18 - 16));
+    EXPECT_EQ(y[15], 0.25f * (0 - 16));
+    EXPECT_EQ(y[31], 0.25f * (23 - 16));
+    EXPECT_EQ(y[1], 0.25f * -16);
+  }
+  {
+    BlockQ5_1 b{fp32_to_fp16(2.0f), fp32_to_fp16(0.5f), {0x00, 0x02, 0x00, 0x00}, {}};  // bit 9 of qh
+    b.qs[9] = 0x0F;
+    dequantize_row(DType::Q5_1, &b, y.data(), 32);
+    EXPECT_EQ(y[9], 2.0f * 31 + 0.5f);
+    EXPECT_EQ(y[25], 0.5f);
+  }
+  {
+    BlockQ5_K b{};
+    b.d = fp32_to_fp16(1.0f);
+    b.dmin = fp32_to_fp16(0.5f);
+    b.scales[1] = 3;       // sub-block 1: scale 3 (low 6 bits of byte 1)
+    b.scales[5] = 2;       // ... min 2 (low 6 bits of byte 5)
+    b.scales[8 + 1] = 0x45;  // sub-block 5: scale 5 | (top bits of byte 1) << 4, min 4 | ...
+    b.qs[7] = 0x90;        // sub-blocks 0 and 1 share qs[0..31]: element 7 of sub-block 1 is 9
+    b.qh[7] = 0x22;        // bit 4 for element 7 of sub-blocks 1 and 5
+    b.qs[64 + 7] = 0x60;   // sub-blocks 4 and 5 share qs[64..95]: element 7 of sub-block 5 is 6
+    dequantize_row(DType::Q5_K, &b, y.data(), 256);
+    EXPECT_EQ(y[32 + 7], 1.0f * 3 * (9 + 16) - 0.5f * 2);
+    EXPECT_EQ(y[160 + 7], 1.0f * 5 * (6 + 16) - 0.5f * 4);
+    EXPECT_EQ(y[32 + 8], -0.5f * 2);
+  }
+}
+
+// Codes written by set_block_codes read back unchanged, and dequantize to their grid values.
+TEST(Quantize, BlockCodesRoundTripOnTheGrid) {
+  std::mt19937 rng(9);
+  for (DType type : kBlockTypes) {
+    SCOPED_TRACE(dtype_name(type));
+    const auto& traits = dtype_traits(type);
+    const auto x = random_vector(traits.block_elems, 17);
+    std::vector<uint8_t> block(traits.block_bytes);
+    quantize_row(type, x.data(), block.data(), traits.block_elems);
+    const BlockGrid grid = block_grid(type, block.data());
+    std::vector<uint8_t> codes(traits.block_elems), back(traits.block_elems);
+    for (auto& c : codes) c = static_cast<uint8_t>(rng() % static_cast<uint32_t>(grid.levels));
+    set_block_codes(type, block.data(), codes.data());
+    block_codes(type, block.data(), back.data());
+    EXPECT_EQ(back, codes);
+    std::vector<float> y(traits.block_elems);
+    dequantize_row(type, block.data(), y.data(), traits.block_elems);
+    for (uint32_t i = 0; i < traits.block_elems; ++i)
+      EXPECT_NEAR(y[i], grid.value(static_cast<int>(i), codes[i]), 1e-6f * (1 + std::fabs(y[i]))) << i;
   }
 }
 

@@ -33,25 +33,43 @@ TEST(QuantRecipe, SchemesByName) {
   EXPECT_NE(quant_scheme_names().find("Q6_K"), std::string::npos);
   EXPECT_EQ(find_quant_scheme("fp8")->base, DType::FP8_E4M3);  // kestrel's own types
   EXPECT_EQ(find_quant_scheme("W8A8")->base, DType::I8);
+  // llama.cpp's names and general.file_type ids for the 5-bit and min schemes.
+  EXPECT_EQ(find_quant_scheme("Q5_K")->name, "Q5_K_M");
+  EXPECT_EQ(find_quant_scheme("q5_k_m")->file_type, 17u);
+  EXPECT_EQ(find_quant_scheme("Q5_K_S")->file_type, 16u);
+  EXPECT_FALSE(find_quant_scheme("Q5_K_S")->more_bits);
+  EXPECT_EQ(find_quant_scheme("Q4_1")->file_type, 3u);
+  EXPECT_EQ(find_quant_scheme("Q5_0")->file_type, 8u);
+  EXPECT_EQ(find_quant_scheme("Q5_1")->file_type, 9u);
+  EXPECT_EQ(find_quant_scheme("Q5_1")->base, DType::Q5_1);
 }
 
 // TinyLlama's shape (22 layers, rows of 2048 and 5632) under Q4_K_M: Q6_K for the output and for attn_v /
 // ffn_down in layers 0, 1, 4, 7, 10, 13, 16, 19, 20, 21 (llama.cpp's use_more_bits), Q4_K elsewhere.
 TEST(QuantRecipe, Q4KMGivesMoreBitsWhereLlamaCppDoes) {
-  const QuantScheme s = *find_quant_scheme("Q4_K_M");
   const QuantModelFacts facts{22, 0, true};
-  std::vector<int> more;
-  for (int il = 0; il < 22; ++il) {
-    const std::string p = "blk." + std::to_string(il) + ".";
-    const DType v = type_of(s, p + "attn_v.weight", {2048, 256}, facts);
-    EXPECT_EQ(type_of(s, p + "ffn_down.weight", {5632, 2048}, facts), v) << il;
-    EXPECT_EQ(type_of(s, p + "attn_q.weight", {2048, 2048}, facts), DType::Q4_K);
-    EXPECT_EQ(type_of(s, p + "ffn_up.weight", {2048, 5632}, facts), DType::Q4_K);
-    EXPECT_FALSE(quant_tensor_type(s, false, p + "attn_norm.weight", {2048}, facts));
-    if (v == DType::Q6_K) more.push_back(il);
+  for (const char* name : {"Q4_K_M", "Q5_K_M"}) {  // the same rules over Q4_K and Q5_K
+    SCOPED_TRACE(name);
+    const QuantScheme m = *find_quant_scheme(name);
+    std::vector<int> more;
+    for (int il = 0; il < 22; ++il) {
+      const std::string p = "blk." + std::to_string(il) + ".";
+      const DType v = type_of(m, p + "attn_v.weight", {2048, 256}, facts);
+      EXPECT_EQ(type_of(m, p + "ffn_down.weight", {5632, 2048}, facts), v) << il;
+      EXPECT_EQ(type_of(m, p + "attn_q.weight", {2048, 2048}, facts), m.base);
+      EXPECT_EQ(type_of(m, p + "ffn_up.weight", {2048, 5632}, facts), m.base);
+      EXPECT_FALSE(quant_tensor_type(m, false, p + "attn_norm.weight", {2048}, facts));
+      if (v == DType::Q6_K) more.push_back(il);
+      else EXPECT_EQ(v, m.base);
+    }
+    EXPECT_EQ(more, (std::vector<int>{0, 1, 4, 7, 10, 13, 16, 19, 20, 21}));
+    EXPECT_EQ(type_of(m, "output.weight", {2048, 32000}, facts), DType::Q6_K);
   }
-  EXPECT_EQ(more, (std::vector<int>{0, 1, 4, 7, 10, 13, 16, 19, 20, 21}));
-  EXPECT_EQ(type_of(s, "output.weight", {2048, 32000}, facts), DType::Q6_K);
+  const QuantScheme s = *find_quant_scheme("Q4_K_M");
+  // Q5_K_S: Q5_K everywhere but the output.
+  const QuantScheme q5ks = *find_quant_scheme("Q5_K_S");
+  EXPECT_EQ(type_of(q5ks, "blk.0.attn_v.weight", {2048, 256}, facts), DType::Q5_K);
+  EXPECT_EQ(type_of(q5ks, "output.weight", {2048, 32000}, facts), DType::Q6_K);
   EXPECT_EQ(type_of(s, "token_embd.weight", {2048, 32000}, facts), DType::Q4_K);
   EXPECT_EQ(type_of(s, "token_embd.weight", {2048, 32000}, {22, 0, false}), DType::Q6_K);  // tied output
   EXPECT_FALSE(quant_tensor_type(s, false, "output_norm.weight", {2048}, facts));
@@ -76,9 +94,15 @@ TEST(QuantRecipe, OutputExpertAndRowSizeRules) {
   EXPECT_EQ(type_of(q4, "blk.0.attn_v.weight", {2048, 256}, {4, 8, true}), DType::Q8_0);
   EXPECT_EQ(type_of(q4, "blk.0.attn_k.weight", {2048, 256}, {4, 8, true}), DType::Q8_0);
   EXPECT_EQ(type_of(q4, "blk.0.ffn_up_exps.weight", {2048, 5632, 8}, {4, 8, true}), DType::Q4_0);
-  // Rows that do not split into blocks: K-quants fall back to Q8_0, then F16.
+  // 8-expert Q4_K_M models: Q5_K attn_output.
   const QuantScheme q4km = *find_quant_scheme("Q4_K_M");
-  EXPECT_EQ(type_of(q4km, "blk.0.attn_q.weight", {64, 64}, facts), DType::Q8_0);
+  EXPECT_EQ(type_of(q4km, "blk.0.attn_output.weight", {2048, 2048}, {4, 8, true}), DType::Q5_K);
+  EXPECT_EQ(type_of(q4km, "blk.0.attn_output.weight", {2048, 2048}, facts), DType::Q4_K);
+  // Rows that do not split into blocks fall back as llama.cpp's do: Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to
+  // Q8_0, then F16.
+  EXPECT_EQ(type_of(q4km, "blk.0.attn_q.weight", {64, 64}, facts), DType::Q5_0);
+  EXPECT_EQ(type_of(*find_quant_scheme("Q5_K_M"), "blk.0.attn_q.weight", {96, 64}, facts), DType::Q5_1);
+  EXPECT_EQ(type_of(*find_quant_scheme("Q6_K"), "blk.0.attn_q.weight", {96, 64}, facts), DType::Q8_0);
   EXPECT_EQ(type_of(q4km, "blk.0.ffn_down.weight", {172, 64}, facts), DType::F16);
   EXPECT_EQ(type_of(q4, "blk.0.ffn_down.weight", {172, 64}, facts), DType::F16);
 }
@@ -97,12 +121,21 @@ class QuantizeModel : public ::testing::Test {
     std::filesystem::remove(source);
     std::filesystem::remove(output);
   }
+  // Quantizes source to `scheme` and checks every tensor of the output against the rules and the reference
+  // quantizers.
+  void convert_and_check(const QuantScheme& scheme);
   std::string source = test::temp_path("quantize-src.gguf"), output = test::temp_path("quantize-out.gguf");
   ThreadPool pool{2};
 };
 
 TEST_F(QuantizeModel, ConvertsByTheRulesAndCopiesTheRest) {
-  const QuantScheme scheme = *find_quant_scheme("Q4_K_M");
+  for (const char* name : {"Q4_K_M", "Q5_K_M", "Q4_1", "Q5_0", "Q5_1"}) {
+    SCOPED_TRACE(name);
+    convert_and_check(*find_quant_scheme(name));
+  }
+}
+
+void QuantizeModel::convert_and_check(const QuantScheme& scheme) {
   double last_progress = 0;
   auto report = quantize_model({source, output, scheme, false}, pool, [&](double f) { last_progress = f; });
   ASSERT_TRUE(report.ok()) << report.error();
@@ -116,7 +149,7 @@ TEST_F(QuantizeModel, ConvertsByTheRulesAndCopiesTheRest) {
     ASSERT_TRUE(out->find(key)) << key;
     EXPECT_EQ(out->find(key)->to_display_string(1 << 20), in->find(key)->to_display_string(1 << 20)) << key;
   }
-  EXPECT_EQ(*out->get_int("general.file_type").value(), 15);
+  EXPECT_EQ(*out->get_int("general.file_type").value(), static_cast<int64_t>(scheme.file_type));
   // Tensors: the recipe's types; converted ones hold the reference quantizer's blocks of the source rows.
   ASSERT_EQ(out->tensors().size(), in->tensors().size());
   const QuantModelFacts facts{3, 0, true};
@@ -140,19 +173,22 @@ TEST_F(QuantizeModel, ConvertsByTheRulesAndCopiesTheRest) {
     for (int64_t r = 0; r < a.n_rows(); r += 7) {
       // Round to nearest; K-quants search their sub-block scales (with equal weights), as llama.cpp's do.
       const float* row = reinterpret_cast<const float*>(a.row(r));
-      if (b.type == DType::Q4_K || b.type == DType::Q6_K)
+      if (b.type == DType::Q4_K || b.type == DType::Q5_K || b.type == DType::Q6_K)
         quantize_row_weighted(b.type, row, expect.data(), static_cast<size_t>(a.ne[0]), nullptr);
       else
         quantize_row(b.type, row, expect.data(), static_cast<size_t>(a.ne[0]));
       ASSERT_EQ(std::memcmp(expect.data(), b.row(r), expect.size()), 0) << "row " << r;
     }
     EXPECT_GT(report->tensors[i].rel_error, 0.0);
-    EXPECT_LT(report->tensors[i].rel_error, b.type == DType::Q6_K ? 0.05 : 0.15);
+    const bool five_bit = b.type == DType::Q5_0 || b.type == DType::Q5_1 || b.type == DType::Q5_K;
+    EXPECT_LT(report->tensors[i].rel_error, b.type == DType::Q6_K ? 0.05 : five_bit ? 0.08 : 0.15);
   }
   EXPECT_EQ(converted, 3 * 7 + 2);  // 7 matrices per layer, token_embd and output
   EXPECT_EQ(out->find_tensor("output.weight")->type, DType::Q6_K);
-  EXPECT_GT(report->bits_per_weight(), 4.5);
-  EXPECT_LT(report->bits_per_weight(), 5.5);
+  // Bits per weight: the base type's, raised by the Q6_K output (and attn_v / ffn_down for the _M mixtures).
+  const double base_bits = 8.0 * dtype_traits(scheme.base).block_bytes / dtype_traits(scheme.base).block_elems;
+  EXPECT_GT(report->bits_per_weight(), base_bits);
+  EXPECT_LT(report->bits_per_weight(), base_bits + 1.0);
 }
 
 // Logits of the quantized file against the source's: Q8_0 within a few percent (relative RMS), and Q4_0

@@ -7,12 +7,16 @@
 
 namespace kestrel {
 namespace {
-constexpr std::array<DTypeTraits, 10> kTraits = {{
+constexpr std::array<DTypeTraits, 14> kTraits = {{
     {DType::F32, "F32", 1, 4},
     {DType::F16, "F16", 1, 2},
     {DType::Q4_0, "Q4_0", 32, 18},
+    {DType::Q4_1, "Q4_1", 32, 20},
+    {DType::Q5_0, "Q5_0", 32, 22},
+    {DType::Q5_1, "Q5_1", 32, 24},
     {DType::Q8_0, "Q8_0", 32, 34},
     {DType::Q4_K, "Q4_K", 256, 144},
+    {DType::Q5_K, "Q5_K", 256, 176},
     {DType::Q6_K, "Q6_K", 256, 210},
     {DType::I8, "I8", 1, 1},
     {DType::I32, "I32", 1, 4},

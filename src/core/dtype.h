@@ -13,8 +13,12 @@ enum class DType : uint32_t {
   F32 = 0,
   F16 = 1,
   Q4_0 = 2,
+  Q4_1 = 3,
+  Q5_0 = 6,
+  Q5_1 = 7,
   Q8_0 = 8,
   Q4_K = 12,
+  Q5_K = 13,
   Q6_K = 14,
   I8 = 24,   // plain int8 elements: W8A8 weights, with per-row scales in a companion tensor (compute/ops.h)
   I32 = 26,  // plain int32 elements: W8A8's outlier channel indices

@@ -130,11 +130,12 @@ Status make_model(const MakeModelOptions& options, const std::string& path,
   if (s.n_expert > 0 && (!arch->moe || s.n_expert_used < 1 || s.n_expert_used > s.n_expert))
     return Error{"make-model: experts need an MoE-capable architecture and 1 <= n_expert_used <= n_expert"};
 
-  // q4_k_m mixes types by llama.cpp's rules; every other type is "pure" (all matrices of that type).
-  const bool mixed = options.weight_type == "q4_k_m" || options.weight_type == "Q4_K_M";
-  const auto base = mixed ? std::optional<DType>(DType::Q4_K) : dtype_from_name(options.weight_type);
+  // q4_k_m and q5_k_m mix types by llama.cpp's rules; every other type is "pure" (all matrices of that type).
+  const std::optional<QuantScheme> named = find_quant_scheme(options.weight_type);
+  const bool mixed = named && named->more_bits && !dtype_from_name(options.weight_type);  // "q4_k_m", not "q4_k"
+  const auto base = mixed ? std::optional<DType>(named->base) : dtype_from_name(options.weight_type);
   if (!base) return Error{"make-model: unknown weight type '" + options.weight_type + "'"};
-  const QuantScheme scheme = mixed ? *find_quant_scheme("Q4_K_M") : QuantScheme{options.weight_type, *base, false, 0};
+  const QuantScheme scheme = mixed ? *named : QuantScheme{options.weight_type, *base, false, 0};
   const QuantModelFacts facts{s.n_layers, s.n_expert, !s.tied_output};
   const int64_t E = s.n_embd, hd = s.n_embd / s.n_heads, Dkv = hd * s.n_kv_heads, F = s.n_ff, V = s.n_vocab;
   // Latent attention (deepseek2) geometry: per head nope + rope query dims, a shared latent of kv_lora.

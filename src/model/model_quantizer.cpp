@@ -52,7 +52,7 @@ void convert_rows(const SourceRows& src, DType to, uint8_t* out, const Importanc
       src.row(static_cast<int64_t>(r), x.data());
       if (importance)
         quantize_row_weighted(to, x.data(), out + r * out_row, n, importance->find(t.name, static_cast<int64_t>(r) / t.ne[1]));
-      else if (to == DType::Q4_K || to == DType::Q6_K)
+      else if (to == DType::Q4_K || to == DType::Q5_K || to == DType::Q6_K)
         quantize_row_weighted(to, x.data(), out + r * out_row, n, nullptr);
       else
         quantize_row(to, x.data(), out + r * out_row, n);

@@ -93,6 +93,26 @@ AwqScales awq_search(std::span<const AwqMatrix> ms, int64_t n_in, const float* h
   return best;
 }
 
+namespace {
+// d^T H_gg d summed over the groups of 32 of one block x[len] (d: the block's decoded values - x), H_gg the
+// diagonal blocks of H from h_groups [len / 32][32][32].
+double block_output_error(const float* x, const float* decoded, size_t len, const float* h_groups) {
+  constexpr size_t kGroup = 32;
+  double e = 0;
+  float d[kGroup];
+  for (size_t g = 0; g < len; g += kGroup) {
+    const float* hg = h_groups + g / kGroup * kGroup * kGroup;
+    for (size_t i = 0; i < kGroup; ++i) d[i] = decoded[g + i] - x[g + i];
+    for (size_t i = 0; i < kGroup; ++i) {
+      float hd = 0;
+      for (size_t j = 0; j < kGroup; ++j) hd += hg[i * kGroup + j] * d[j];
+      e += static_cast<double>(d[i]) * hd;
+    }
+  }
+  return e;
+}
+}  // namespace
+
 void awq_clip_quantize_row(DType type, const float* x, void* row, size_t n, const float* h_groups, const float* importance) {
   constexpr size_t kGroup = 32;
   const size_t bs = dtype_traits(type).block_elems;
@@ -101,9 +121,8 @@ void awq_clip_quantize_row(DType type, const float* x, void* row, size_t n, cons
     return;
   }
   std::vector<float> clipped(x, x + n);  // [n]
-  float fitted[kGroup], d[kGroup];
+  float fitted[kGroup];
   for (size_t g = 0; g < n; g += kGroup) {
-    const float* hg = h_groups + g / kGroup * kGroup * kGroup;
     float lo = 0, hi = 0;
     for (size_t i = 0; i < kGroup; ++i) lo = std::min(lo, x[g + i]), hi = std::max(hi, x[g + i]);
     float best_ratio = 1.0f;
@@ -112,18 +131,26 @@ void awq_clip_quantize_row(DType type, const float* x, void* row, size_t n, cons
       const float ratio = 1.0f - 0.025f * static_cast<float>(k);
       for (size_t i = 0; i < kGroup; ++i) clipped[g + i] = std::clamp(x[g + i], ratio * lo, ratio * hi);
       fit_group_weighted(type, clipped.data() + g, importance + g, fitted);
-      for (size_t i = 0; i < kGroup; ++i) d[i] = fitted[i] - x[g + i];
-      double e = 0;  // d^T H_gg d
-      for (size_t i = 0; i < kGroup; ++i) {
-        float hd = 0;
-        for (size_t j = 0; j < kGroup; ++j) hd += hg[i * kGroup + j] * d[j];
-        e += static_cast<double>(d[i]) * hd;
-      }
+      const double e = block_output_error(x + g, fitted, kGroup, h_groups + g * kGroup);
       if (e < best) best = e, best_ratio = ratio;
     }
     for (size_t i = 0; i < kGroup; ++i) clipped[g + i] = std::clamp(x[g + i], best_ratio * lo, best_ratio * hi);
   }
   quantize_row_weighted(type, clipped.data(), row, n, importance);
+  // The group fits only approximate a K-quant super-block (its sub-block scales are stored in 6 or 8 bits
+  // under one block scale): keep a block rounded from the unclipped weights where that is the better one.
+  const size_t block_bytes = dtype_traits(type).block_bytes;
+  std::vector<uint8_t> plain(block_bytes);
+  std::vector<float> decoded(bs);
+  for (size_t b = 0; b < n; b += bs) {
+    uint8_t* stored = static_cast<uint8_t*>(row) + b / bs * block_bytes;
+    dequantize_row(type, stored, decoded.data(), bs);
+    const double clipped_error = block_output_error(x + b, decoded.data(), bs, h_groups + b * kGroup);
+    quantize_row_weighted(type, x + b, plain.data(), bs, importance + b);
+    dequantize_row(type, plain.data(), decoded.data(), bs);
+    if (block_output_error(x + b, decoded.data(), bs, h_groups + b * kGroup) < clipped_error)
+      std::copy(plain.begin(), plain.end(), stored);
+  }
 }
 
 std::vector<float> awq_group_hessians(const float* h, int64_t n, const std::vector<float>& s) {

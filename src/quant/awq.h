@@ -49,7 +49,8 @@ AwqScales awq_search(std::span<const AwqMatrix> ms, int64_t n_in, const float* h
 // shrinking fraction of its range (1, 0.975, ..., 0.5) and fitted by the importance-weighted search
 // (fit_group_weighted); the clip kept is the one with the least output error of the group, d^T H_gg d
 // (d: fitted - unclipped weights, H_gg the inputs' Hessian on the group). The row is then quantized from
-// the clipped weights.
+// the clipped weights, and each block kept from the unclipped ones where those give it less output error
+// (the group fits approximate the K-quants' stored sub-block scales), so clipping never costs a block.
 // row in `type` <- x[n]; h_groups [n / 32][32][32] the diagonal blocks of H; importance [n].
 void awq_clip_quantize_row(DType type, const float* x, void* row, size_t n, const float* h_groups, const float* importance);
 

@@ -36,4 +36,7 @@ BlockGrid block_grid(DType type, const void* block);
 // Writes codes[n] (each < the grid's levels) into the block's code bits; its scales are unchanged.
 void set_block_codes(DType type, void* block, const uint8_t* codes);
 
+// codes[n] <- the block's codes (the inverse of set_block_codes): element i decodes to grid.value(i, codes[i]).
+void block_codes(DType type, const void* block, uint8_t* codes);
+
 }  // namespace kestrel

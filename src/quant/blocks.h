@@ -28,6 +28,32 @@ struct BlockQ4_0 {
 };
 static_assert(sizeof(BlockQ4_0) == 18);
 
+// 32 weights: w = d * q + m, q in [0, 15]; nibbles as in Q4_0.
+struct BlockQ4_1 {
+  uint16_t d;           // fp16 scale
+  uint16_t m;           // fp16 min (the value of q = 0)
+  uint8_t qs[kQK / 2];  // [16]
+};
+static_assert(sizeof(BlockQ4_1) == 20);
+
+// 32 weights: w = d * (q - 16), q in [0, 31]: the low 4 bits as Q4_0's nibbles, bit 4 of element j in bit j
+// of the little-endian 32-bit qh.
+struct BlockQ5_0 {
+  uint16_t d;
+  uint8_t qh[4];
+  uint8_t qs[kQK / 2];  // [16]
+};
+static_assert(sizeof(BlockQ5_0) == 22);
+
+// 32 weights: w = d * q + m, q in [0, 31], bits as in Q5_0.
+struct BlockQ5_1 {
+  uint16_t d;
+  uint16_t m;
+  uint8_t qh[4];
+  uint8_t qs[kQK / 2];  // [16]
+};
+static_assert(sizeof(BlockQ5_1) == 24);
+
 // 256 weights in 8 sub-blocks of 32: w = d * sc[j] * q - dmin * m[j], with 6-bit sc/m packed in scales[12]
 // and 4-bit q. Sub-block pairs (2i, 2i+1) share 32 bytes of qs: low nibbles, then high nibbles.
 struct BlockQ4_K {
@@ -37,6 +63,17 @@ struct BlockQ4_K {
   uint8_t qs[kQK_K / 2];  // [128]
 };
 static_assert(sizeof(BlockQ4_K) == 144);
+
+// 256 weights as Q4_K with 5-bit q in [0, 31]: the low 4 bits in qs as Q4_K's, bit 4 of element l of sub-block
+// j in bit j of qh[l].
+struct BlockQ5_K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[12];
+  uint8_t qh[kQK_K / 8];  // [32]
+  uint8_t qs[kQK_K / 2];  // [128]
+};
+static_assert(sizeof(BlockQ5_K) == 176);
 
 // 256 weights in 16 sub-blocks of 16: w = d * scales[j] * (q - 32), q 6 bits split into ql (low 4) and qh (high 2).
 struct BlockQ6_K {

@@ -50,13 +50,17 @@ float search_symmetric(const float* x, const float* w, int n, int qmin, int qmax
   return best_d;
 }
 
-// scale, min (both >= 0) of x[n] ~ scale * q - min, q in [0, nmax], with the least weighted error:
-// candidates spread the range [min(x, 0), max(x)] over nmax + t steps for t in [-span, span]; for each
-// candidate's codes the weighted least-squares scale and offset are taken (the offset kept <= 0: the
-// format stores it as -min with min >= 0).
+// Whether the format's offset may take either sign (Q4_1, Q5_1: w = d q + m) or is stored as -min with
+// min >= 0 (the K-quants).
+enum class Offset { NonPositive, Free };
+
+// scale >= 0 and min of x[n] ~ scale * q - min, q in [0, nmax], with the least weighted error: candidates
+// spread the range [lo, max(x)] (lo = min(x), and at most 0 for Offset::NonPositive) over nmax + t steps for
+// t in [-span, span]; for each candidate's codes the weighted least-squares scale and offset are taken
+// (the offset kept <= 0 for Offset::NonPositive).
 void search_asymmetric(const float* x, const float* w, int n, int nmax, float span, int steps, float& scale,
-                       float& min) {
-  float lo = 0, hi = x[0];
+                       float& min, Offset offset = Offset::NonPositive) {
+  float lo = offset == Offset::Free ? x[0] : 0.0f, hi = x[0];
   for (int i = 0; i < n; ++i) lo = std::min(lo, x[i]), hi = std::max(hi, x[i]);
   scale = (hi - lo) / static_cast<float>(nmax);
   min = -lo;
@@ -74,7 +78,7 @@ void search_asymmetric(const float* x, const float* w, int n, int nmax, float sp
     const double det = s0 * s2 - s1 * s1;
     if (det <= 0 || s2 <= 0) continue;
     double s = (s0 * sxq - s1 * sx) / det, b = (s2 * sx - s1 * sxq) / det;
-    if (b > 0) b = 0, s = sxq / s2;  // the format's offset is -min with min >= 0
+    if (b > 0 && offset == Offset::NonPositive) b = 0, s = sxq / s2;  // the format's offset is -min with min >= 0
     if (s <= 0) continue;
     double error = 0;
     for (int i = 0; i < n; ++i) {
@@ -103,16 +107,38 @@ void quantize_row_weighted(DType type, const float* x, void* row, size_t n, cons
         pack_q4_0(xb, search_symmetric(xb, weights_at(i * kQK, kQK), kQK, -8, 7, 1.5f, 15), static_cast<BlockQ4_0*>(row)[i]);
       }
       break;
+    case DType::Q5_0:
+      for (size_t i = 0; i < n / kQK; ++i) {
+        const float* xb = x + i * kQK;
+        pack_q5_0(xb, search_symmetric(xb, weights_at(i * kQK, kQK), kQK, -16, 15, 2.0f, 16), static_cast<BlockQ5_0*>(row)[i]);
+      }
+      break;
+    case DType::Q4_1:
+    case DType::Q5_1: {
+      const int nmax = type == DType::Q4_1 ? 15 : 31;
+      for (size_t i = 0; i < n / kQK; ++i) {
+        const float* xb = x + i * kQK;
+        float scale, min;
+        search_asymmetric(xb, weights_at(i * kQK, kQK), kQK, nmax, 1.5f, 15, scale, min, Offset::Free);
+        if (type == DType::Q4_1) pack_q4_1(xb, scale, -min, static_cast<BlockQ4_1*>(row)[i]);
+        else pack_q5_1(xb, scale, -min, static_cast<BlockQ5_1*>(row)[i]);
+      }
+      break;
+    }
     case DType::Q4_K:
+    case DType::Q5_K: {
+      const int nmax = type == DType::Q4_K ? 15 : 31;
       for (size_t i = 0; i < n / kQK_K; ++i) {
         float scales[8], mins[8];
         for (int j = 0; j < 8; ++j) {
           const size_t at = i * kQK_K + static_cast<size_t>(j) * 32;
-          search_asymmetric(x + at, weights_at(at, 32), 32, 15, 1.5f, 15, scales[j], mins[j]);
+          search_asymmetric(x + at, weights_at(at, 32), 32, nmax, 1.5f, 15, scales[j], mins[j]);
         }
-        pack_q4_k(x + i * kQK_K, scales, mins, static_cast<BlockQ4_K*>(row)[i]);
+        if (type == DType::Q4_K) pack_q4_k(x + i * kQK_K, scales, mins, static_cast<BlockQ4_K*>(row)[i]);
+        else pack_q5_k(x + i * kQK_K, scales, mins, static_cast<BlockQ5_K*>(row)[i]);
       }
       break;
+    }
     case DType::Q6_K:
       for (size_t i = 0; i < n / kQK_K; ++i) {
         float scales[16];
@@ -148,11 +174,22 @@ void fit_group_weighted(DType type, const float* x, const float* weights, float*
       dequantize_row(type, &b, fitted, kQK);
       break;
     }
-    case DType::Q4_K: {
+    case DType::Q4_1:
+    case DType::Q5_1:
+    case DType::Q5_0: {
+      // The 32-blocks: the block the row gets, decoded.
+      uint8_t block[32];
+      quantize_row_weighted(type, x, block, kQK, w);
+      dequantize_row(type, block, fitted, kQK);
+      break;
+    }
+    case DType::Q4_K:
+    case DType::Q5_K: {
+      const float nmax = type == DType::Q4_K ? 15.0f : 31.0f;
       float scale, min;
-      search_asymmetric(x, w, kQK, 15, 1.5f, 15, scale, min);
+      search_asymmetric(x, w, kQK, static_cast<int>(nmax), 1.5f, 15, scale, min);
       const float id = scale ? 1.0f / scale : 0.0f;
-      for (int i = 0; i < kQK; ++i) fitted[i] = scale * std::clamp(round_half_away((x[i] + min) * id), 0.0f, 15.0f) - min;
+      for (int i = 0; i < kQK; ++i) fitted[i] = scale * std::clamp(round_half_away((x[i] + min) * id), 0.0f, nmax) - min;
       break;
     }
     case DType::Q6_K:

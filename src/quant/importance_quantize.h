@@ -19,8 +19,8 @@ namespace kestrel {
 // (>= 0), or null for equal weights. Float types are converted as quantize_row converts them.
 void quantize_row_weighted(DType type, const float* x, void* row, size_t n, const float* weights);
 
-// The values quantize_row_weighted gives one group of 32 weights x[32] with weights[32] (or null): a Q8_0 or
-// Q4_0 block exactly; for Q4_K (one sub-block) and Q6_K (two) the values under the searched sub-block
+// The values quantize_row_weighted gives one group of 32 weights x[32] with weights[32] (or null): a Q8_0,
+// Q4_0, Q4_1, Q5_0 or Q5_1 block exactly; for Q4_K and Q5_K (one sub-block) and Q6_K (two) the values under the searched sub-block
 // scales before the format stores them in 6 or 8 bits, so close to what the row gets. Float types: x.
 // Cheap enough to call per candidate in searches over one group (AWQ's clip search).
 void fit_group_weighted(DType type, const float* x, const float* weights, float* fitted);

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/fp16.h"
+#include "quant/block_grid.h"
 #include "quant/block_pack.h"
 #include "quant/blocks.h"
 #include "quant/fp8.h"
@@ -25,6 +26,43 @@ void dequant_q4_0(const BlockQ4_0* b, float* y, size_t nb) {
     for (int j = 0; j < kQK / 2; ++j) {
       y[i * kQK + j] = d * ((b[i].qs[j] & 0xF) - 8);
       y[i * kQK + j + 16] = d * ((b[i].qs[j] >> 4) - 8);
+    }
+  }
+}
+
+// Q4_1 and Q5_1: y = d * q + m.
+template <typename Block>
+void dequant_min_32(DType type, const Block* b, float* y, size_t nb) {
+  uint8_t q[kQK];
+  for (size_t i = 0; i < nb; ++i) {
+    const float d = fp16_to_fp32(b[i].d), m = fp16_to_fp32(b[i].m);
+    block_codes(type, &b[i], q);
+    for (int j = 0; j < kQK; ++j) y[i * kQK + j] = d * q[j] + m;
+  }
+}
+
+void dequant_q5_0(const BlockQ5_0* b, float* y, size_t nb) {
+  uint8_t q[kQK];
+  for (size_t i = 0; i < nb; ++i) {
+    const float d = fp16_to_fp32(b[i].d);
+    block_codes(DType::Q5_0, &b[i], q);
+    for (int j = 0; j < kQK; ++j) y[i * kQK + j] = d * (q[j] - 16);
+  }
+}
+
+void dequant_q5_k(const BlockQ5_K* b, float* y, size_t nb) {
+  for (size_t i = 0; i < nb; ++i) {
+    const float d = fp16_to_fp32(b[i].d), dmin = fp16_to_fp32(b[i].dmin);
+    float* out = y + i * kQK_K;
+    for (int j = 0; j < 8; ++j) {  // sub-block j: low nibbles of qs[32 (j / 2) ..] (even j) or high (odd), bit j of qh
+      uint8_t sc, m;
+      q4_k_scale_min(j, b[i].scales, sc, m);
+      const float dj = d * sc, mj = dmin * m;
+      const uint8_t* q = b[i].qs + 32 * (j / 2);
+      for (int l = 0; l < 32; ++l) {
+        const int low = j % 2 == 0 ? (q[l] & 0xF) : (q[l] >> 4);
+        out[j * 32 + l] = dj * (low | (((b[i].qh[l] >> j) & 1) << 4)) - mj;
+      }
     }
   }
 }
@@ -93,18 +131,40 @@ void quant_q4_0(const float* x, BlockQ4_0* b, size_t nb) {
   }
 }
 
-void quant_q4_k(const float* x, BlockQ4_K* b, size_t nb) {
+void quant_q5_0(const float* x, BlockQ5_0* b, size_t nb) {
+  for (size_t i = 0; i < nb; ++i) {
+    const float* xb = x + i * kQK;
+    float max = 0, amax = 0;  // as Q4_0: the value of largest magnitude maps to q = 0
+    for (int j = 0; j < kQK; ++j)
+      if (std::fabs(xb[j]) > amax) { amax = std::fabs(xb[j]); max = xb[j]; }
+    pack_q5_0(xb, max / -16.f, b[i]);
+  }
+}
+
+// Q4_1 / Q5_1: x ~ d * q + m over the block's range, q in [0, levels - 1].
+template <typename Block, typename Pack>
+void quant_min_max_32(const float* x, Block* b, size_t nb, int levels, const Pack& pack) {
+  for (size_t i = 0; i < nb; ++i) {
+    const float* xb = x + i * kQK;
+    const auto [lo, hi] = std::minmax_element(xb, xb + kQK);
+    pack(xb, (*hi - *lo) / static_cast<float>(levels - 1), *lo, b[i]);
+  }
+}
+
+// Q4_K / Q5_K: per sub-block, w ~ scale * q - min with min >= 0 over [min(x, 0), max(x)].
+template <typename Block, typename Pack>
+void quant_k_min_max(const float* x, Block* b, size_t nb, int levels, const Pack& pack) {
   for (size_t i = 0; i < nb; ++i) {
     const float* xb = x + i * kQK_K;
-    float scales[8], mins[8];  // per sub-block: w ~ scale * q - min, min >= 0
+    float scales[8], mins[8];
     for (int j = 0; j < 8; ++j) {
       float lo = xb[j * 32], hi = xb[j * 32];
       for (int l = 0; l < 32; ++l) { lo = std::min(lo, xb[j * 32 + l]); hi = std::max(hi, xb[j * 32 + l]); }
       lo = std::min(lo, 0.f);
-      scales[j] = (hi - lo) / 15.f;
+      scales[j] = (hi - lo) / static_cast<float>(levels - 1);
       mins[j] = -lo;
     }
-    pack_q4_k(xb, scales, mins, b[i]);
+    pack(xb, scales, mins, b[i]);
   }
 }
 
@@ -139,7 +199,11 @@ void dequantize_row(DType type, const void* row, float* out, size_t n) {
     }
     case DType::Q8_0: dequant_q8_0(static_cast<const BlockQ8_0*>(row), out, n / kQK); break;
     case DType::Q4_0: dequant_q4_0(static_cast<const BlockQ4_0*>(row), out, n / kQK); break;
+    case DType::Q4_1: dequant_min_32(type, static_cast<const BlockQ4_1*>(row), out, n / kQK); break;
+    case DType::Q5_0: dequant_q5_0(static_cast<const BlockQ5_0*>(row), out, n / kQK); break;
+    case DType::Q5_1: dequant_min_32(type, static_cast<const BlockQ5_1*>(row), out, n / kQK); break;
     case DType::Q4_K: dequant_q4_k(static_cast<const BlockQ4_K*>(row), out, n / kQK_K); break;
+    case DType::Q5_K: dequant_q5_k(static_cast<const BlockQ5_K*>(row), out, n / kQK_K); break;
     case DType::Q6_K: dequant_q6_k(static_cast<const BlockQ6_K*>(row), out, n / kQK_K); break;
     case DType::FP8_E4M3: {
       const auto* b = static_cast<const BlockFP8*>(row);
@@ -177,7 +241,11 @@ void quantize_row(DType type, const float* in, void* row, size_t n) {
     }
     case DType::Q8_0: quant_q8_0(in, static_cast<BlockQ8_0*>(row), n / kQK); break;
     case DType::Q4_0: quant_q4_0(in, static_cast<BlockQ4_0*>(row), n / kQK); break;
-    case DType::Q4_K: quant_q4_k(in, static_cast<BlockQ4_K*>(row), n / kQK_K); break;
+    case DType::Q4_1: quant_min_max_32(in, static_cast<BlockQ4_1*>(row), n / kQK, 16, pack_q4_1); break;
+    case DType::Q5_0: quant_q5_0(in, static_cast<BlockQ5_0*>(row), n / kQK); break;
+    case DType::Q5_1: quant_min_max_32(in, static_cast<BlockQ5_1*>(row), n / kQK, 32, pack_q5_1); break;
+    case DType::Q4_K: quant_k_min_max(in, static_cast<BlockQ4_K*>(row), n / kQK_K, 16, pack_q4_k); break;
+    case DType::Q5_K: quant_k_min_max(in, static_cast<BlockQ5_K*>(row), n / kQK_K, 32, pack_q5_k); break;
     case DType::Q6_K: quant_q6_k(in, static_cast<BlockQ6_K*>(row), n / kQK_K); break;
     case DType::FP8_E4M3: {
       auto* b = static_cast<BlockFP8*>(row);

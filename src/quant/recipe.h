@@ -6,12 +6,12 @@
 //   weights; everything else is copied as it is.
 // - The output matrix (or token_embd when the model ties it as the output) gets Q6_K unless the scheme's
 //   base is Q8_0, FP8_E4M3 or a float type (Q8_0 when its rows are not a multiple of 256).
-// - Q4_K_M: attn_v and ffn_down get Q6_K in the first and last eighth of the layers and every third layer
-//   between ("use_more_bits"). Models with 8 experts get Q8_0 for attn_k and attn_v.
-// - A tensor whose rows do not split into the chosen type's blocks falls back: K-quants to Q8_0 (llama.cpp
-//   takes Q5_0 for Q4_K, a type kestrel does not have yet), 32-blocks to F16.
-// - Not followed yet, for want of the types: llama.cpp's Q5_K for attn_output of 8-expert Q4_K_M models
-//   (kept Q4_K here), and the bump of 70B-class GQA models' attn_v.
+// - Q4_K_M and Q5_K_M: attn_v and ffn_down get Q6_K in the first and last eighth of the layers and every
+//   third layer between ("use_more_bits"). Models with 8 experts get Q8_0 for attn_k and attn_v, and under
+//   Q4_K_M Q5_K for attn_output.
+// - A tensor whose rows do not split into the chosen type's blocks falls back as llama.cpp's does: Q4_K to
+//   Q5_0, Q5_K to Q5_1, Q6_K to Q8_0; then F16 where the rows do not split into 32 either.
+// - Not followed: the bump of 70B-class GQA models' attn_v (kestrel cannot tell a 70B model's type).
 // - pure (llama.cpp's --pure): every quantized tensor gets the base type (fallbacks still apply).
 #pragma once
 #include <cstdint>
@@ -27,12 +27,13 @@ namespace kestrel {
 struct QuantScheme {
   std::string name;     // as users write it: "Q4_K_M"
   DType base;           // the type most tensors get
-  bool q4_k_m = false;  // Q4_K_M's extra bits for attn_v / ffn_down
+  bool more_bits = false;  // Q4_K_M's and Q5_K_M's extra bits for attn_v / ffn_down
   uint32_t file_type;   // GGUF general.file_type (llama.cpp's llama_ftype)
 };
 
-// The scheme for a name (case-insensitive: q8_0, Q4_0, Q4_K, Q4_K_M, Q6_K, F16, BF16, F32, W8A8, FP8_E4M3
-// (alias FP8): kestrel's own types, not llama.cpp's), or nullopt.
+// The scheme for a name (case-insensitive: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K_M (alias Q4_K), Q5_K_S, Q5_K_M
+// (alias Q5_K), Q6_K, F16, BF16, F32, W8A8, FP8_E4M3 (alias FP8): the last two kestrel's own types, not
+// llama.cpp's), or nullopt.
 // W8A8 (base I8) picks its tensors' types itself (model/w8a8_quantizer.h), not by quant_tensor_type.
 std::optional<QuantScheme> find_quant_scheme(std::string_view name);
 // Every name find_quant_scheme accepts, for help and error messages: "Q8_0, Q4_0, ...".

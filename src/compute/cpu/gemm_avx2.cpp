@@ -34,10 +34,54 @@ inline void store_rows(const PackedView& w, float* y, __m256 rows) {
   _mm256_storeu_ps(y, w.accumulate ? _mm256_add_ps(_mm256_loadu_ps(y), rows) : rows);
 }
 
-// Q4_0 / Q8_0, rows [8 * half, 8 * half + 8) of group g against T tokens.
+// ORs bit 4 of the 5-bit codes into q[8] (inputs 4k..4k+3 of the half's 8 rows, low 4 bits) from the half
+// of a high-bit plane: bit k of each byte moves to bit 4 of q[k]'s byte.
+inline void add_high_bits(__m256i (&q)[8], __m256i plane) {
+  KESTREL_UNROLL
+  for (int k = 0; k < 8; ++k) {
+    const __m256i bit = _mm256_and_si256(plane, _mm256_set1_epi8(static_cast<char>(1 << k)));
+    q[k] = _mm256_or_si256(q[k], k < 4 ? _mm256_slli_epi16(bit, 4 - k) : _mm256_srli_epi16(bit, k - 4));
+  }
+}
+
+// The half's 8 rows of one 32-input nibble tile: q[k] = inputs 4k..4k+3 (plus bit 4 from `plane` when given).
+inline void load_nibble_tile(const uint8_t* tile, const uint8_t* plane, int half, __m256i (&q)[8]) {
+  const __m256i m4 = _mm256_set1_epi8(0xF);
+  for (int k = 0; k < 4; ++k) {
+    const __m256i packed = load256(tile + 64 * k + 32 * half);
+    q[k] = _mm256_and_si256(packed, m4);
+    q[k + 4] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), m4);
+  }
+  if (plane) add_high_bits(q, load256(plane + 32 * half));
+}
+
+// int32 sums per row lane of q[k] . x4[k] over the 8 k-groups of unsigned codes below 2^kBits. 4-bit codes
+// add up in int16 (8 x 2 x 15 x 127 < 2^15) and widen once; 5-bit codes widen per four k-groups
+// (4 x 2 x 31 x 127 < 2^15).
+template <int kBits>
+inline __m256i dot_codes(const __m256i (&q)[8], const int32_t* x4) {
+  if constexpr (kBits == 4) {
+    __m256i s16 = maddubs(q[0], x4[0]);
+    for (int k = 1; k < 8; ++k) s16 = _mm256_add_epi16(s16, maddubs(q[k], x4[k]));
+    return widen_pairs(s16);
+  } else {
+    __m256i lo = maddubs(q[0], x4[0]), hi = maddubs(q[4], x4[4]);
+    for (int k = 1; k < 4; ++k) {
+      lo = _mm256_add_epi16(lo, maddubs(q[k], x4[k]));
+      hi = _mm256_add_epi16(hi, maddubs(q[k + 4], x4[k + 4]));
+    }
+    return _mm256_add_epi32(widen_pairs(lo), widen_pairs(hi));
+  }
+}
+
+// The 32-input layouts (Q4_0, Q8_0, Q4_1, Q5_0, Q5_1), rows [8 * half, 8 * half + 8) of group g against T tokens.
 template <PackedLayout L, int T>
 void half_tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, int half, const uint8_t* after) {
-  const __m256i m4 = _mm256_set1_epi8(0xF), flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  constexpr bool kFiveBit = L == PackedLayout::Q5_0x16 || L == PackedLayout::Q5_1x16;
+  constexpr bool kMin = L == PackedLayout::Q4_1x16 || L == PackedLayout::Q5_1x16;  // fp16 m[16] after d[16]
+  constexpr int kOffset = L == PackedLayout::Q4_0x16 ? 8 : L == PackedLayout::Q5_0x16 ? 16 : 0;  // of the nibble codes
+  constexpr size_t kTile = kMin ? 64 : 32;  // where the codes start
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
   __m256 acc[T];
   KESTREL_UNROLL
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
@@ -47,33 +91,31 @@ void half_tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
     const StreamHalf ahead = two_pass_ahead(group, half, b, T > 1 ? kPrefetchBlocks : kPrefetchBlocksDecode, nb, w.block_bytes, after);
     prefetch_block_part(ahead.block, w.block_bytes, ahead.half, 2);
     const __m256 d = load_8_halves(blk + 16 * half);
-    __m256i q[8];  // inputs 4k..4k+3 of the 8 rows: u8 (Q4_0) or signed (Q8_0)
-    if constexpr (L == PackedLayout::Q4_0x16) {
-      for (int k = 0; k < 4; ++k) {
-        const __m256i packed = load256(blk + 32 + 64 * k + 32 * half);
-        q[k] = _mm256_and_si256(packed, m4);
-        q[k + 4] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), m4);
-      }
-    } else {
+    __m256 m = _mm256_setzero_ps();
+    if constexpr (kMin) m = load_8_halves(blk + 32 + 16 * half);
+    __m256i q[8];  // inputs 4k..4k+3 of the 8 rows: u8 codes, or signed (Q8_0)
+    if constexpr (L == PackedLayout::Q8_0x16) {
       for (int k = 0; k < 8; ++k) q[k] = _mm256_xor_si256(load256(blk + 32 + 64 * k + 32 * half), flip);
+    } else {
+      load_nibble_tile(blk + kTile, kFiveBit ? blk + kTile + 256 : nullptr, half, q);
     }
     KESTREL_UNROLL
     for (int t = 0; t < T; ++t) {
       const BlockQ8A& xb = xq[static_cast<size_t>(t) * nb + b];
       const auto* x4 = reinterpret_cast<const int32_t*>(xb.qs);
       __m256i s;
-      if constexpr (L == PackedLayout::Q4_0x16) {
-        __m256i s16 = maddubs(q[0], x4[0]);
-        for (int k = 1; k < 8; ++k) s16 = _mm256_add_epi16(s16, maddubs(q[k], x4[k]));
-        s = _mm256_add_epi32(widen_pairs(s16), _mm256_set1_epi32(-8 * xb.sum()));
-      } else {
+      if constexpr (L == PackedLayout::Q8_0x16) {
         s = _mm256_setzero_si256();
         for (int k = 0; k < 8; ++k) {
           const __m256i x = _mm256_set1_epi32(x4[k]);
           s = _mm256_add_epi32(s, widen_pairs(_mm256_maddubs_epi16(_mm256_sign_epi8(q[k], q[k]), _mm256_sign_epi8(x, q[k]))));
         }
+      } else {
+        s = dot_codes<kFiveBit ? 5 : 4>(q, x4);
+        if constexpr (kOffset != 0) s = _mm256_add_epi32(s, _mm256_set1_epi32(-kOffset * xb.sum()));
       }
       acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_set1_ps(xb.d)), acc[t]);
+      if constexpr (kMin) acc[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(xb.d * static_cast<float>(xb.sum())), acc[t]);
     }
   }
   KESTREL_UNROLL
@@ -97,11 +139,12 @@ inline void q4_k_scales_mins_x8(const uint8_t* scales, int half, uint8_t (*out)[
                       _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(codes2, 4), low4), top2(codes1)));
 }
 
-// K-quant tiles: one block is a 256-input super-block, eight 32-input activation blocks.
-template <int T>
+// K-quant tiles: one block is a 256-input super-block, eight 32-input activation blocks. Q4_K, and Q5_K
+// (the same bytes followed by a high-bit plane per sub-block).
+template <PackedLayout L, int T>
 void half_tile_q4_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, int half, const uint8_t* after) {
+  constexpr bool kFiveBit = L == PackedLayout::Q5_Kx16;
   const size_t nxb = nb * 8;  // activation blocks per token
-  const __m256i m4 = _mm256_set1_epi8(0xF);
   __m256 acc[T];
   KESTREL_UNROLL
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
@@ -117,18 +160,13 @@ void half_tile_q4_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_
       const __m256 scale = _mm256_mul_ps(d, u8x8_to_ps(scales_mins[0][j]));
       const __m256 min = _mm256_mul_ps(dmin, u8x8_to_ps(scales_mins[1][j]));
       __m256i q[8];
-      for (int k = 0; k < 4; ++k) {
-        const __m256i packed = load256(blk + 256 + 256 * j + 64 * k + 32 * half);
-        q[k] = _mm256_and_si256(packed, m4);
-        q[k + 4] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), m4);
-      }
+      load_nibble_tile(blk + 256 + 256 * j, kFiveBit ? blk + 2304 + 64 * j : nullptr, half, q);
       KESTREL_UNROLL
       for (int t = 0; t < T; ++t) {
         const BlockQ8A& xb = xq[static_cast<size_t>(t) * nxb + b * 8 + j];
         const auto* x4 = reinterpret_cast<const int32_t*>(xb.qs);
-        __m256i s16 = maddubs(q[0], x4[0]);
-        for (int k = 1; k < 8; ++k) s16 = _mm256_add_epi16(s16, maddubs(q[k], x4[k]));
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(widen_pairs(s16)), _mm256_mul_ps(scale, _mm256_set1_ps(xb.d)), acc[t]);
+        const __m256i s = dot_codes<kFiveBit ? 5 : 4>(q, x4);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(scale, _mm256_set1_ps(xb.d)), acc[t]);
         acc[t] = _mm256_fnmadd_ps(min, _mm256_set1_ps(xb.d * static_cast<float>(xb.sum())), acc[t]);
       }
     }
@@ -184,13 +222,14 @@ void half_tile_q6_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_
 
 // The tiles of each layout, for the shared driver (gemm_driver.h).
 struct Avx2Tiles {
+  static constexpr bool kFiveBitAndMin = true;
   static constexpr int kTokens = 4;  // tokens per register tile
   static constexpr int64_t kGroupChunk = 4;  // row groups whose weights stay in cache while token tiles pass
   template <PackedLayout L, int T>
   static void tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, const uint8_t* after) {
     for (int half = 0; half < 2; ++half) {  // rows 0..7, then 8..15
-      if constexpr (L == PackedLayout::Q4_Kx16)
-        half_tile_q4_k<T>(w, xq, nb, y, ys, g, half, after);
+      if constexpr (L == PackedLayout::Q4_Kx16 || L == PackedLayout::Q5_Kx16)
+        half_tile_q4_k<L, T>(w, xq, nb, y, ys, g, half, after);
       else if constexpr (L == PackedLayout::Q6_Kx16)
         half_tile_q6_k<T>(w, xq, nb, y, ys, g, half, after);
       else

@@ -18,10 +18,35 @@ inline void store_rows(const PackedView& w, float* y, __m512 rows) {
   _mm512_storeu_ps(y, w.accumulate ? _mm512_add_ps(_mm512_loadu_ps(y), rows) : rows);
 }
 
+// ORs bit 4 of the 5-bit codes into q[8] (inputs 4k..4k+3 of the 16 rows, low 4 bits): bit k of each
+// byte of the high-bit plane moves to bit 4 of q[k]'s byte (16-bit shifts of single bits within a byte).
+inline void add_high_bits(__m512i (&q)[8], __m512i plane) {
+  KESTREL_UNROLL
+  for (int k = 0; k < 8; ++k) {
+    const __m512i bit = _mm512_and_si512(plane, _mm512_set1_epi8(static_cast<char>(1 << k)));
+    q[k] = _mm512_or_si512(q[k], k < 4 ? _mm512_slli_epi16(bit, 4 - k) : _mm512_srli_epi16(bit, k - 4));
+  }
+}
+
+// The 16 rows' codes of one 32-input nibble tile: q[k] = inputs 4k..4k+3 (plus bit 4 from `plane` when given).
+inline void load_nibble_tile(const uint8_t* tile, const uint8_t* plane, __m512i (&q)[8]) {
+  const __m512i m4 = _mm512_set1_epi8(0xF);
+  for (int k = 0; k < 4; ++k) {
+    const __m512i packed = _mm512_loadu_si512(tile + 64 * k);
+    q[k] = _mm512_and_si512(packed, m4);
+    q[k + 4] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), m4);
+  }
+  if (plane) add_high_bits(q, _mm512_loadu_si512(plane));
+}
+
+// The 32-input layouts: Q4_0, Q8_0, Q4_1, Q5_0, Q5_1 (packed_matrix.h).
 template <PackedLayout L, int T>
 void tile_32(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, const uint8_t* after) {
-  constexpr int kOffset = L == PackedLayout::Q4_0x16 ? 8 : 128;  // stored value minus this = quantized weight
-  const __m512i m4 = _mm512_set1_epi8(0xF);
+  constexpr bool kFiveBit = L == PackedLayout::Q5_0x16 || L == PackedLayout::Q5_1x16;
+  constexpr bool kMin = L == PackedLayout::Q4_1x16 || L == PackedLayout::Q5_1x16;  // fp16 m[16] after d[16]
+  // stored value minus this = quantized weight
+  constexpr int kOffset = L == PackedLayout::Q4_0x16 ? 8 : L == PackedLayout::Q5_0x16 ? 16 : L == PackedLayout::Q8_0x16 ? 128 : 0;
+  constexpr size_t kTile = kMin ? 64 : 32;  // where the codes start
   __m512 acc[T];
   KESTREL_UNROLL
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
@@ -31,15 +56,13 @@ void tile_32(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, i
     // too few blocks to keep enough loads in flight while weights stream from memory.
     prefetch_block(block_ahead(blk, b, T > 1 ? kPrefetchBlocks : kPrefetchBlocksDecode, nb, w.block_bytes, after), w.block_bytes);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));  // [16] row scales
+    __m512 m = _mm512_setzero_ps();  // [16] row mins
+    if constexpr (kMin) m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32)));
     __m512i q[8];  // q[k] = inputs 4k..4k+3 of the 16 rows
-    if constexpr (L == PackedLayout::Q4_0x16) {
-      for (int k = 0; k < 4; ++k) {
-        const __m512i packed = _mm512_loadu_si512(blk + 32 + 64 * k);
-        q[k] = _mm512_and_si512(packed, m4);
-        q[k + 4] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), m4);
-      }
-    } else {
+    if constexpr (L == PackedLayout::Q8_0x16) {
       for (int k = 0; k < 8; ++k) q[k] = _mm512_loadu_si512(blk + 32 + 64 * k);
+    } else {
+      load_nibble_tile(blk + kTile, kFiveBit ? blk + kTile + 256 : nullptr, q);
     }
     KESTREL_UNROLL
     for (int t = 0; t < T; ++t) {
@@ -50,8 +73,9 @@ void tile_32(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, i
         s0 = _mm512_dpbusd_epi32(s0, q[k], _mm512_set1_epi32(x4[k]));
         s1 = _mm512_dpbusd_epi32(s1, q[k + 1], _mm512_set1_epi32(x4[k + 1]));
       }
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_mul_ps(d, _mm512_set1_ps(xb.d)),
-                               acc[t]);
+      const __m512 dx = _mm512_set1_ps(xb.d);
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_mul_ps(d, dx), acc[t]);
+      if constexpr (kMin) acc[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(xb.d * static_cast<float>(xb.sum())), acc[t]);
     }
   }
   KESTREL_UNROLL
@@ -75,11 +99,11 @@ inline void q4_k_scales_mins_x16(const uint8_t* scales, uint8_t (*out)[8][16]) {
   _mm512_storeu_si512(out[1][4], _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(codes2, 4), low4), top2(codes1)));
 }
 
-// K-quant tiles: one block is a 256-input super-block, eight 32-input activation blocks.
-template <int T>
+// K-quant tiles: one block is a 256-input super-block, eight 32-input activation blocks. Q4_K, and Q5_K
+// (the same bytes followed by a high-bit plane per sub-block).
+template <PackedLayout L, int T>
 void tile_q4_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, const uint8_t* after) {
   const size_t nxb = nb * 8;  // activation blocks per token
-  const __m512i m4 = _mm512_set1_epi8(0xF);
   __m512 acc[T];
   KESTREL_UNROLL
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
@@ -98,11 +122,7 @@ void tile_q4_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
       const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(scales_mins[0][j]))));
       const __m512 mn = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(scales_mins[1][j]))));
       __m512i q[8];
-      for (int k = 0; k < 4; ++k) {
-        const __m512i packed = _mm512_loadu_si512(blk + 256 + 256 * j + 64 * k);
-        q[k] = _mm512_and_si512(packed, m4);
-        q[k + 4] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), m4);
-      }
+      load_nibble_tile(blk + 256 + 256 * j, L == PackedLayout::Q5_Kx16 ? blk + 2304 + 64 * j : nullptr, q);
       KESTREL_UNROLL
       for (int t = 0; t < T; ++t) {
         const BlockQ8A& xb = xq[static_cast<size_t>(t) * nxb + b * 8 + j];
@@ -174,12 +194,13 @@ void tile_q6_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
 
 // The tiles of each layout, for the shared driver (gemm_driver.h).
 struct Avx512Tiles {
+  static constexpr bool kFiveBitAndMin = true;
   static constexpr int kTokens = 8;  // tokens per register tile
   static constexpr int64_t kGroupChunk = 4;  // row groups whose weights stay in cache while token tiles pass
   template <PackedLayout L, int T>
   static void tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, const uint8_t* after) {
-    if constexpr (L == PackedLayout::Q4_Kx16)
-      tile_q4_k<T>(w, xq, nb, y, ys, g, after);
+    if constexpr (L == PackedLayout::Q4_Kx16 || L == PackedLayout::Q5_Kx16)
+      tile_q4_k<L, T>(w, xq, nb, y, ys, g, after);
     else if constexpr (L == PackedLayout::Q6_Kx16)
       tile_q6_k<T>(w, xq, nb, y, ys, g, after);
     else

@@ -41,9 +41,7 @@ inline void drive_packed_gemm(const PackedView& w, const BlockQ8A* xq, int n_tok
 }
 
 // Weight blocks of the K-quant layouts hold 256 inputs: 8 activation blocks each.
-constexpr size_t activation_blocks_per_block(PackedLayout l) {
-  return l == PackedLayout::Q4_Kx16 || l == PackedLayout::Q6_Kx16 ? 8 : 1;
-}
+constexpr size_t activation_blocks_per_block(PackedLayout l) { return static_cast<size_t>(packed_block_inputs(l) / 32); }
 
 // An ISA's packed GEMM of layout L from its tile kernels: Tiles::kTokens, Tiles::kGroupChunk, and
 // Tiles::template tile<L, T>(w, x, nb, y, ys, g, after) for group g and T tokens (see drive_packed_gemm).
@@ -57,7 +55,8 @@ void packed_gemm(PackedView w, const BlockQ8A* xq, int n_tok, float* y, size_t y
       });
 }
 
-// The integer layouts' GEMMs of one ISA (nullptr for the float layouts, which have their own kernels).
+// The integer layouts' GEMMs of one ISA (nullptr for the float layouts, which have their own kernels, and
+// for the 5-bit and min layouts where Tiles::kFiveBitAndMin is false).
 template <class Tiles>
 PackedGemmFn packed_gemm_table(PackedLayout layout) {
   switch (layout) {
@@ -65,8 +64,18 @@ PackedGemmFn packed_gemm_table(PackedLayout layout) {
     case PackedLayout::Q8_0x16: return packed_gemm<Tiles, PackedLayout::Q8_0x16>;
     case PackedLayout::Q4_Kx16: return packed_gemm<Tiles, PackedLayout::Q4_Kx16>;
     case PackedLayout::Q6_Kx16: return packed_gemm<Tiles, PackedLayout::Q6_Kx16>;
-    default: return nullptr;
+    default: break;
   }
+  if constexpr (Tiles::kFiveBitAndMin) {
+    switch (layout) {
+      case PackedLayout::Q4_1x16: return packed_gemm<Tiles, PackedLayout::Q4_1x16>;
+      case PackedLayout::Q5_0x16: return packed_gemm<Tiles, PackedLayout::Q5_0x16>;
+      case PackedLayout::Q5_1x16: return packed_gemm<Tiles, PackedLayout::Q5_1x16>;
+      case PackedLayout::Q5_Kx16: return packed_gemm<Tiles, PackedLayout::Q5_Kx16>;
+      default: break;
+    }
+  }
+  return nullptr;
 }
 
 }  // namespace

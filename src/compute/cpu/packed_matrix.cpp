@@ -5,6 +5,7 @@
 
 #include "core/fp16.h"
 #include "core/large_buffer.h"
+#include "quant/block_grid.h"
 #include "quant/blocks.h"
 
 namespace kestrel {
@@ -38,20 +39,50 @@ int nibble_tile_value(const uint8_t* tile, int row, int k) {
   const uint8_t byte = tile[(k % 16) / 4 * 64 + row * 4 + k % 4];
   return k < 16 ? (byte & 0xF) : (byte >> 4);
 }
+// The high-bit plane of 32 inputs for 16 rows: bit k of byte (row, j) = bit 4 of value(row, 4k + j).
+template <typename F>
+void write_high_bit_plane(uint8_t* out, const F& value) {
+  for (int i = 0; i < PackedMatrix::kRows; ++i)
+    for (int j = 0; j < 4; ++j) {
+      uint8_t bits = 0;
+      for (int k = 0; k < 8; ++k) bits |= static_cast<uint8_t>(((value(i, 4 * k + j) >> 4) & 1) << k);
+      out[i * 4 + j] = bits;
+    }
+}
+// A 5-bit code from its nibble tile and high-bit plane.
+int five_bit_value(const uint8_t* tile, const uint8_t* plane, int row, int k) {
+  return nibble_tile_value(tile, row, k) | (((plane[row * 4 + k % 4] >> (k / 4)) & 1) << 4);
+}
+
+struct LayoutInfo {
+  DType type;
+  PackedLayout layout;
+  int block_inputs;
+  size_t block_bytes;
+};
+// The integer layouts of the quantized types (F16 / BF16 choose theirs by ISA).
+constexpr LayoutInfo kIntegerLayouts[] = {
+    {DType::Q4_0, PackedLayout::Q4_0x16, 32, 32 + 256},       {DType::Q8_0, PackedLayout::Q8_0x16, 32, 32 + 512},
+    {DType::Q4_1, PackedLayout::Q4_1x16, 32, 64 + 256},       {DType::Q5_0, PackedLayout::Q5_0x16, 32, 32 + 256 + 64},
+    {DType::Q5_1, PackedLayout::Q5_1x16, 32, 64 + 256 + 64},  {DType::Q4_K, PackedLayout::Q4_Kx16, 256, 2304},
+    {DType::Q5_K, PackedLayout::Q5_Kx16, 256, 2304 + 512},    {DType::Q6_K, PackedLayout::Q6_Kx16, 256, 3360},
+};
+const LayoutInfo* integer_layout(DType type) {
+  for (const LayoutInfo& l : kIntegerLayouts)
+    if (l.type == type) return &l;
+  return nullptr;
+}
+// Types whose packed kernels exist for AVX2 and AVX-512 only (NEON runs them through the row dots).
+bool x86_only(DType type) { return type == DType::Q4_1 || type == DType::Q5_0 || type == DType::Q5_1 || type == DType::Q5_K; }
 
 }  // namespace
 
 bool PackedMatrix::supports(DType type, int64_t n_in, int64_t n_out, Isa isa) {
   if (n_out % kRows != 0) return false;
-  switch (type) {
-    case DType::Q4_0:
-    case DType::Q8_0: return n_in % 32 == 0 && (isa_includes(isa, Isa::Avx2) || isa == Isa::Neon);
-    case DType::Q4_K:
-    case DType::Q6_K: return n_in % 256 == 0 && (isa_includes(isa, Isa::Avx2) || isa == Isa::Neon);
-    case DType::F16:
-    case DType::BF16: return n_in % 32 == 0 && (isa_includes(isa, Isa::Avx2) || isa == Isa::Neon);
-    default: return false;
-  }
+  const bool vector_isa = isa_includes(isa, Isa::Avx2) || (isa == Isa::Neon && !x86_only(type));
+  if (const LayoutInfo* l = integer_layout(type)) return n_in % l->block_inputs == 0 && vector_isa;
+  if (type == DType::F16 || type == DType::BF16) return n_in % 32 == 0 && vector_isa;
+  return false;
 }
 
 std::optional<PackedMatrix> PackedMatrix::pack(const WeightMatrix& w, Isa isa) {
@@ -59,19 +90,17 @@ std::optional<PackedMatrix> PackedMatrix::pack(const WeightMatrix& w, Isa isa) {
   PackedMatrix p;
   p.n_in = w.n_in;
   p.n_out = w.n_out;
-  switch (w.type) {
-    case DType::Q4_0: p.layout = PackedLayout::Q4_0x16; p.block_inputs = 32; p.block_bytes = 32 + 256; break;
-    case DType::Q8_0: p.layout = PackedLayout::Q8_0x16; p.block_inputs = 32; p.block_bytes = 32 + 512; break;
-    case DType::Q4_K: p.layout = PackedLayout::Q4_Kx16; p.block_inputs = 256; p.block_bytes = 2304; break;
-    case DType::Q6_K: p.layout = PackedLayout::Q6_Kx16; p.block_inputs = 256; p.block_bytes = 3360; break;
-    case DType::F16:
-    case DType::BF16:
-      if (isa_includes(isa, Isa::Avx512) && cpu_has_avx512_bf16()) p.layout = PackedLayout::BF16x16;
-      else p.layout = w.type == DType::F16 ? PackedLayout::F16Fma16 : PackedLayout::BF16Fma16;
-      p.block_inputs = 32;
-      p.block_bytes = 1024;
-      break;
-    default: return std::nullopt;
+  if (const LayoutInfo* l = integer_layout(w.type)) {
+    p.layout = l->layout;
+    p.block_inputs = l->block_inputs;
+    p.block_bytes = l->block_bytes;
+  } else if (w.type == DType::F16 || w.type == DType::BF16) {
+    if (isa_includes(isa, Isa::Avx512) && cpu_has_avx512_bf16()) p.layout = PackedLayout::BF16x16;
+    else p.layout = w.type == DType::F16 ? PackedLayout::F16Fma16 : PackedLayout::BF16Fma16;
+    p.block_inputs = 32;
+    p.block_bytes = 1024;
+  } else {
+    return std::nullopt;
   }
   if (w.n_in % p.block_inputs != 0) return std::nullopt;
   p.data = allocate_large_buffer(p.bytes());
@@ -83,6 +112,39 @@ std::optional<PackedMatrix> PackedMatrix::pack(const WeightMatrix& w, Isa isa) {
         return w.row(g * kRows + i) + row_bytes(w.type, static_cast<size_t>(b) * static_cast<size_t>(p.block_inputs));
       };
       switch (p.layout) {
+        case PackedLayout::Q4_1x16:
+        case PackedLayout::Q5_0x16:
+        case PackedLayout::Q5_1x16: {
+          // Blocks of 32 with fp16 d first (and fp16 m next for the min types), as in the file.
+          const bool has_min = p.layout != PackedLayout::Q5_0x16;
+          uint8_t codes[kRows][32];  // [row][input]
+          for (int i = 0; i < kRows; ++i) {
+            const auto* src = reinterpret_cast<const uint16_t*>(row_block(i));
+            halves[i] = src[0];
+            if (has_min) halves[16 + i] = src[1];
+            block_codes(w.type, row_block(i), codes[i]);
+          }
+          uint8_t* tile = out + (has_min ? 64 : 32);
+          write_nibble_tile(tile, [&](int i, int k) { return codes[i][k]; });
+          if (p.layout != PackedLayout::Q4_1x16) write_high_bit_plane(tile + 256, [&](int i, int k) { return codes[i][k]; });
+          break;
+        }
+        case PackedLayout::Q5_Kx16: {
+          uint8_t codes[kRows][256];  // [row][input]
+          for (int i = 0; i < kRows; ++i) {
+            const auto* blk = reinterpret_cast<const BlockQ5_K*>(row_block(i));
+            halves[i] = blk->d;
+            halves[16 + i] = blk->dmin;
+            for (int k = 0; k < 12; ++k) out[64 + k * 16 + i] = blk->scales[k];
+            block_codes(DType::Q5_K, blk, codes[i]);
+          }
+          for (int j = 0; j < 8; ++j) {
+            const auto value = [&](int i, int k) { return codes[i][32 * j + k]; };
+            write_nibble_tile(out + 256 + 256 * j, value);
+            write_high_bit_plane(out + 2304 + 64 * j, value);
+          }
+          break;
+        }
         case PackedLayout::Q4_0x16:
           for (int i = 0; i < kRows; ++i) halves[i] = reinterpret_cast<const BlockQ4_0*>(row_block(i))->d;
           write_nibble_tile(out + 32, [&](int i, int k) { return q4_0_value(*reinterpret_cast<const BlockQ4_0*>(row_block(i)), k); });
@@ -166,14 +228,27 @@ void unpack_block_row(PackedLayout layout, const uint8_t* blk, int i, float* out
     case PackedLayout::Q8_0x16:
       for (int k = 0; k < 32; ++k) out[k] = fp16_to_fp32(halves[i]) * (blk[32 + k / 4 * 64 + i * 4 + k % 4] - 128);
       break;
-    case PackedLayout::Q4_Kx16: {
+    case PackedLayout::Q4_1x16:
+      for (int k = 0; k < 32; ++k) out[k] = fp16_to_fp32(halves[i]) * nibble_tile_value(blk + 64, i, k) + fp16_to_fp32(halves[16 + i]);
+      break;
+    case PackedLayout::Q5_0x16:
+      for (int k = 0; k < 32; ++k) out[k] = fp16_to_fp32(halves[i]) * (five_bit_value(blk + 32, blk + 288, i, k) - 16);
+      break;
+    case PackedLayout::Q5_1x16:
+      for (int k = 0; k < 32; ++k)
+        out[k] = fp16_to_fp32(halves[i]) * five_bit_value(blk + 64, blk + 320, i, k) + fp16_to_fp32(halves[16 + i]);
+      break;
+    case PackedLayout::Q4_Kx16:
+    case PackedLayout::Q5_Kx16: {
       uint8_t scales[12];  // row i's packed 6-bit scales and mins, as in the file
       for (int k = 0; k < 12; ++k) scales[k] = blk[64 + k * 16 + i];
       for (int e = 0; e < 256; ++e) {
         uint8_t sc = 0, m = 0;
         q4_k_scale_min(e / 32, scales, sc, m);
-        out[e] = fp16_to_fp32(halves[i]) * sc * nibble_tile_value(blk + 256 + 256 * (e / 32), i, e % 32) -
-                 fp16_to_fp32(halves[16 + i]) * m;
+        const uint8_t* tile = blk + 256 + 256 * (e / 32);
+        const int q = layout == PackedLayout::Q4_Kx16 ? nibble_tile_value(tile, i, e % 32)
+                                                      : five_bit_value(tile, blk + 2304 + 64 * (e / 32), i, e % 32);
+        out[e] = fp16_to_fp32(halves[i]) * sc * q - fp16_to_fp32(halves[16 + i]) * m;
       }
       break;
     }

@@ -9,9 +9,15 @@
 // q[4g+16+j] in its high nibble.
 //   Q4_0x16 (32 inputs):  fp16 d[16]; nibble tile (q in 0..15, w = d * (q - 8)).                  288 bytes
 //   Q8_0x16 (32 inputs):  fp16 d[16]; 8 x 64 bytes, byte (g, row, j) = q[4g+j] + 128 (w = d * q).  544 bytes
+//   Q4_1x16 (32 inputs):  fp16 d[16], fp16 m[16]; nibble tile (w = d * q + m).                      320 bytes
+//   "High-bit plane" of 32 inputs for 16 rows: 64 bytes, bit k of byte (row, j) = bit 4 of q[4k+j].
+//   Q5_0x16 (32 inputs):  fp16 d[16]; nibble tile of the low 4 bits; high-bit plane (w = d * (q - 16)). 352 bytes
+//   Q5_1x16 (32 inputs):  fp16 d[16], fp16 m[16]; nibble tile; high-bit plane (w = d * q + m).       384 bytes
 //   Q4_Kx16 (256 inputs): fp16 d[16], fp16 dmin[16], u8 scales[12][16] (each row's 12 bytes of 6-bit
 //                         sub-block scales and mins, packed as in the file), then a nibble tile per
 //                         32-input sub-block (w = d * sc * q - dmin * m).                          2304 bytes
+//   Q5_Kx16 (256 inputs): Q4_Kx16's 2304 bytes (the low 4 bits), then a high-bit plane per 32-input
+//                         sub-block.                                                               2816 bytes
 //   Q6_Kx16 (256 inputs): fp16 d[16], i8 sc[16][16] (per 16 inputs), a nibble tile of the low 4 bits per
 //                         32 inputs, then per 32 inputs 2 x 64 bytes of high 2-bit pairs: byte (h, row, j)
 //                         holds k-groups h, h+2, h+4, h+6 at bits 0, 2, 4, 6 (w = d * sc * (q - 32)). 3360 bytes
@@ -32,11 +38,15 @@
 
 namespace kestrel {
 
-enum class PackedLayout { Q4_0x16, Q8_0x16, Q4_Kx16, Q6_Kx16, BF16x16, F16Fma16, BF16Fma16 };
+enum class PackedLayout { Q4_0x16, Q8_0x16, Q4_Kx16, Q6_Kx16, BF16x16, F16Fma16, BF16Fma16, Q4_1x16, Q5_0x16, Q5_1x16, Q5_Kx16 };
 
 // Whether the layout is multiplied by 8-bit activation blocks (PackedGemmFn).
 inline bool packed_layout_is_integer(PackedLayout l) {
-  return l == PackedLayout::Q4_0x16 || l == PackedLayout::Q8_0x16 || l == PackedLayout::Q4_Kx16 || l == PackedLayout::Q6_Kx16;
+  return l != PackedLayout::BF16x16 && l != PackedLayout::F16Fma16 && l != PackedLayout::BF16Fma16;
+}
+// Inputs per packed block: 256 for the K-quant layouts, else 32.
+constexpr int packed_block_inputs(PackedLayout l) {
+  return l == PackedLayout::Q4_Kx16 || l == PackedLayout::Q5_Kx16 || l == PackedLayout::Q6_Kx16 ? 256 : 32;
 }
 
 // Plain data a kernel needs (the ISA-specific files use only this, no inline library code, so nothing

@@ -57,7 +57,11 @@ DotQ8Fn dot_q8_kernel_scalar(DType type) {
   switch (type) {
     case DType::Q8_0: return dot_q8_scalar<DType::Q8_0>;
     case DType::Q4_0: return dot_q8_scalar<DType::Q4_0>;
+    case DType::Q4_1: return dot_q8_scalar<DType::Q4_1>;
+    case DType::Q5_0: return dot_q8_scalar<DType::Q5_0>;
+    case DType::Q5_1: return dot_q8_scalar<DType::Q5_1>;
     case DType::Q4_K: return dot_q8_scalar<DType::Q4_K>;
+    case DType::Q5_K: return dot_q8_scalar<DType::Q5_K>;
     case DType::Q6_K: return dot_q8_scalar<DType::Q6_K>;
     default: return nullptr;
   }
@@ -71,7 +75,11 @@ DotFn dot_kernel_scalar(DType type) {
     case DType::BF16: return dot_blocks_scalar<DType::BF16>;
     case DType::Q8_0: return dot_blocks_scalar<DType::Q8_0>;
     case DType::Q4_0: return dot_blocks_scalar<DType::Q4_0>;
+    case DType::Q4_1: return dot_blocks_scalar<DType::Q4_1>;
+    case DType::Q5_0: return dot_blocks_scalar<DType::Q5_0>;
+    case DType::Q5_1: return dot_blocks_scalar<DType::Q5_1>;
     case DType::Q4_K: return dot_blocks_scalar<DType::Q4_K>;
+    case DType::Q5_K: return dot_blocks_scalar<DType::Q5_K>;
     case DType::Q6_K: return dot_blocks_scalar<DType::Q6_K>;
     case DType::FP8_E4M3: return dot_blocks_scalar<DType::FP8_E4M3>;
     default: return nullptr;  // int8 matrices go through their scales (w8a8_gemm.h)

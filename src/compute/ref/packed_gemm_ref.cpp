@@ -10,7 +10,7 @@ namespace {
 template <PackedLayout L>
 void reference(PackedView w, const BlockQ8A* xq, int n_tok, float* y, size_t y_stride, int64_t group_begin,
                int64_t group_end) {
-  constexpr int kInputs = (L == PackedLayout::Q4_0x16 || L == PackedLayout::Q8_0x16) ? 32 : 256;
+  constexpr int kInputs = packed_block_inputs(L);
   const int64_t nb = w.n_blocks;
   const size_t nxb = static_cast<size_t>(nb) * kInputs / 32;  // activation blocks per token
   float weights[kInputs];
@@ -85,6 +85,10 @@ PackedGemmFn packed_gemm_reference(PackedLayout layout) {
     case PackedLayout::Q8_0x16: return reference<PackedLayout::Q8_0x16>;
     case PackedLayout::Q4_Kx16: return reference<PackedLayout::Q4_Kx16>;
     case PackedLayout::Q6_Kx16: return reference<PackedLayout::Q6_Kx16>;
+    case PackedLayout::Q4_1x16: return reference<PackedLayout::Q4_1x16>;
+    case PackedLayout::Q5_0x16: return reference<PackedLayout::Q5_0x16>;
+    case PackedLayout::Q5_1x16: return reference<PackedLayout::Q5_1x16>;
+    case PackedLayout::Q5_Kx16: return reference<PackedLayout::Q5_Kx16>;
   }
   return nullptr;
 }
