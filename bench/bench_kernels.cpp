@@ -219,7 +219,7 @@ BENCHMARK_CAPTURE(BM_AttentionDecode, tq3, kestrel::KvType::TQ3)->Args({512, 16}
 void register_all() {
   for (Isa isa : kestrel::runnable_isas()) {
     if (isa == Isa::Scalar) continue;
-    for (DType type : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K})
+    for (DType type : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K})
       for (size_t rows : {size_t{2048}, size_t{32768}})
         for (int n_tok : {1, 2, 4, 8, 64})
           benchmark::RegisterBenchmark((std::string("packed_gemm/") + kestrel::dtype_name(type) + "/" +
@@ -236,7 +236,7 @@ void register_all() {
                                      BM_PackedGemmFloat, type, isa, n_tok, size_t{2048});
   }
   for (Isa isa : kestrel::runnable_isas())
-    for (DType type : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K})
+    for (DType type : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K})
       for (int n_tok : {1, 8})
         benchmark::RegisterBenchmark((std::string("matvec_q8_2048x2048/") + kestrel::dtype_name(type) + "/" +
                                       kestrel::isa_name(isa) + "/tokens:" + std::to_string(n_tok)).c_str(),

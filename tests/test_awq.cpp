@@ -64,7 +64,8 @@ TEST(Awq, ClipSearchNeverRaisesTheOutputError) {
   const std::vector<float> ones(static_cast<size_t>(p.n_in), 1.0f);
   const std::vector<float> groups = awq_group_hessians(p.h.data(), p.n_in, ones);
   const auto importance = p.diagonal();
-  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K,
+                  DType::Q5_K, DType::Q6_K}) {
     SCOPED_TRACE(dtype_name(t));
     const size_t row = row_bytes(t, static_cast<size_t>(p.n_in));
     std::vector<uint8_t> clipped(row * static_cast<size_t>(p.n_out));

@@ -15,7 +15,8 @@
 namespace kestrel {
 namespace {
 
-constexpr DType kTypes[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+constexpr DType kTypes[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
+                            DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
 TEST(Cholesky, FactorsAndInvertsSymmetricPositiveDefiniteMatrices) {
   const int64_t n = 150;  // more than one block of rows
@@ -86,7 +87,9 @@ TEST(BlockGrid, ReadsAndRewritesEveryFormatsCodes) {
       // Scribble over the code bytes (ql and qh lead a Q6_K block; the others start with their scales: fp16 d
       // (and m for Q4_1 / Q5_1), or d, dmin and 12 bytes of sub-block scales for Q4_K / Q5_K).
       const bool k_scales = t == DType::Q4_K || t == DType::Q5_K, with_min = t == DType::Q4_1 || t == DType::Q5_1;
-      const size_t first = t == DType::Q6_K ? 0 : k_scales ? 16 : with_min ? 4 : 2, last = t == DType::Q6_K ? 192 : traits.block_bytes;
+      // Q2_K: 16 scale bytes, 64 code bytes, d and dmin; Q3_K: 32 + 64 code bytes first.
+      size_t first = t == DType::Q6_K || t == DType::Q3_K ? 0 : k_scales || t == DType::Q2_K ? 16 : with_min ? 4 : 2;
+      size_t last = t == DType::Q6_K ? 192 : t == DType::Q2_K ? 80 : t == DType::Q3_K ? 96 : traits.block_bytes;
       std::fill(block + first, block + last, uint8_t{0x5A});
       set_block_codes(t, block, codes.data());
     }

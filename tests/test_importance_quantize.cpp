@@ -28,7 +28,8 @@ TEST(ImportanceQuantize, FitsWeightedErrorBetterThanRoundToNearest) {
   std::vector<float> w(n);  // channel importances spread over orders of magnitude
   for (auto& v : w) v = std::exp(g(rng));
   for (size_t i = 256; i < 512; ++i) w[i] = 0;  // a block no calibration token reached: equal weights
-  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K,
+                  DType::Q5_K, DType::Q6_K}) {
     SCOPED_TRACE(dtype_name(t));
     std::vector<uint8_t> rtn(row_bytes(t, n)), fitted(rtn.size()), equal(rtn.size());
     quantize_row(t, x.data(), rtn.data(), n);
@@ -43,14 +44,16 @@ TEST(ImportanceQuantize, FitsWeightedErrorBetterThanRoundToNearest) {
     double ref = 0;
     for (float v : x) ref += v * v;
     const bool five_bit = t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q5_K;
-    EXPECT_LT(std::sqrt(equal_plain / ref), t == DType::Q8_0 ? 0.01 : t == DType::Q6_K ? 0.04 : five_bit ? 0.08 : 0.15);
+    const double bound = t == DType::Q8_0 ? 0.01 : t == DType::Q6_K ? 0.04 : five_bit ? 0.08 : t == DType::Q3_K ? 0.25 : t == DType::Q2_K ? 0.45 : 0.15;
+    EXPECT_LT(std::sqrt(equal_plain / ref), bound);
   }
 }
 
 TEST(ImportanceQuantize, ZeroRowsAndFloatTypes) {
   const size_t n = 256;
   const std::vector<float> zeros(n, 0.0f);
-  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::F16}) {
+  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K,
+                  DType::Q5_K, DType::Q6_K, DType::F16}) {
     std::vector<uint8_t> row(row_bytes(t, n), 0xAB);
     quantize_row_weighted(t, zeros.data(), row.data(), n, zeros.data());
     std::vector<float> y(n, 1.0f);

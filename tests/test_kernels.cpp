@@ -20,11 +20,11 @@
 namespace kestrel {
 namespace {
 
-const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
-                        DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::FP8_E4M3};
+const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
+                        DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::FP8_E4M3};
 // The quantized GGUF block types (integer row dots and packed layouts).
-const DType kBlockTypes[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
-                             DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+const DType kBlockTypes[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
+                             DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
 std::vector<float> random_vector(size_t n, uint32_t seed, float scale = 1.0f) { return test::gaussian_vector(n, seed, scale); }
 
@@ -629,7 +629,8 @@ TEST(Quantize, RoundTripErrorWithinFormatBounds) {
   const std::pair<DType, double> bounds[] = {{DType::F32, 0},      {DType::F16, 1e-3},  {DType::BF16, 5e-3},
                                              {DType::Q8_0, 0.01},  {DType::Q4_0, 0.15}, {DType::Q4_1, 0.15},
                                              {DType::Q5_0, 0.08},  {DType::Q5_1, 0.08}, {DType::Q4_K, 0.12},
-                                             {DType::Q5_K, 0.07},  {DType::Q6_K, 0.04}, {DType::FP8_E4M3, 0.035}};
+                                             {DType::Q5_K, 0.07},  {DType::Q6_K, 0.04}, {DType::FP8_E4M3, 0.035},
+                                             {DType::Q3_K, 0.25},  {DType::Q2_K, 0.45}};
   for (const auto& [type, bound] : bounds) {
     const auto bytes = quantized(type, x, n);
     std::vector<float> y(n);
@@ -690,6 +691,40 @@ TEST(Quantize, BlockFormatsDecodeAsGgufLaysThemOut) {
     EXPECT_EQ(y[32 + 7], 1.0f * 3 * (9 + 16) - 0.5f * 2);
     EXPECT_EQ(y[160 + 7], 1.0f * 5 * (6 + 16) - 0.5f * 4);
     EXPECT_EQ(y[32 + 8], -0.5f * 2);
+  }
+}
+
+// Q2_K and Q3_K as ggml's dequantize_row_q2_K / q3_K read them: element 128 h + 32 k + l in bits 2 k of
+// qs[32 h + l]; Q3_K's bit 2 in bit 4 h + k of hmask[l] and its 6-bit scales split over 12 bytes.
+TEST(Quantize, TwoAndThreeBitKQuantsDecodeAsGgufLaysThemOut) {
+  std::vector<float> y(256);
+  {
+    BlockQ2_K b{};
+    b.d = fp32_to_fp16(0.5f);
+    b.dmin = fp32_to_fp16(0.25f);
+    b.scales[5] = 0x37;         // sub-block 5 (elements 80..95): scale 7, min 3
+    b.qs[16 + 3] = 0x04 << 2;   // h = 0, l = 19, k = 2: element 64 + 19 = 83 gets q = 1 ... (bits 4..5 = 01)
+    b.qs[32 + 0] = 0xC0;        // h = 1, l = 0, k = 3: element 128 + 96 = 224 gets q = 3
+    b.scales[14] = 0x12;        // sub-block 14 (224..239): scale 2, min 1
+    dequantize_row(DType::Q2_K, &b, y.data(), 256);
+    EXPECT_EQ(y[83], 0.5f * 7 * 1 - 0.25f * 3);
+    EXPECT_EQ(y[84], -0.25f * 3);
+    EXPECT_EQ(y[224], 0.5f * 2 * 3 - 0.25f * 1);
+  }
+  {
+    BlockQ3_K b{};
+    b.d = fp32_to_fp16(0.5f);
+    // sub-block 9 (elements 144..159): low 4 bits in the high nibble of scales[1], top 2 at bits 4..5 of
+    // scales[9]: code 0x25 = 37, factor 5
+    b.scales[1] = 0x50;
+    b.scales[9] = 0x20;
+    b.qs[32 + 17] = 0x02 << 2;  // h = 1, k = 1, l = 17: element 128 + 32 + 17 = 177 ... low bits 2
+    b.hmask[17] = 1 << 5;       // ... and bit 2 set (bit 4 h + k = 5): q = 6
+    dequantize_row(DType::Q3_K, &b, y.data(), 256);
+    // element 177 is in sub-block 11 (176..191): low 4 bits in the high nibble of scales[3] (0), top bits at
+    // 4..5 of scales[11] (0): factor -32
+    EXPECT_EQ(y[177], 0.5f * -32 * (6 - 4));
+    EXPECT_EQ(y[150], 0.5f * 5 * (0 - 4));  // sub-block 9, q = 0 (no high bit)
   }
 }
 

@@ -17,6 +17,8 @@ enum class DType : uint32_t {
   Q5_0 = 6,
   Q5_1 = 7,
   Q8_0 = 8,
+  Q2_K = 10,
+  Q3_K = 11,
   Q4_K = 12,
   Q5_K = 13,
   Q6_K = 14,

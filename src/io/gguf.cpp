@@ -230,7 +230,7 @@ Result<GgufFile> GgufFile::parse(std::shared_ptr<MappedFile> file) {
     const auto traits = dtype_traits(raw_type);
     if (!traits)
       return Error{where + " has weight type id " + std::to_string(raw_type) +
-                   ", which is not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)"};
+                   ", which is not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)"};
     t.type = traits->type;
     if (t.ne[0] % traits->block_elems != 0)
       return Error{where + " row length " + std::to_string(t.ne[0]) + " is not a multiple of the " +

@@ -132,11 +132,11 @@ Status make_model(const MakeModelOptions& options, const std::string& path,
 
   // q4_k_m and q5_k_m mix types by llama.cpp's rules; every other type is "pure" (all matrices of that type).
   const std::optional<QuantScheme> named = find_quant_scheme(options.weight_type);
-  const bool mixed = named && named->more_bits && !dtype_from_name(options.weight_type);  // "q4_k_m", not "q4_k"
+  const bool mixed = named && named->mix != QuantScheme::Mix::Pure && !dtype_from_name(options.weight_type);  // "q4_k_m", not "q4_k"
   const auto base = mixed ? std::optional<DType>(named->base) : dtype_from_name(options.weight_type);
   if (!base) return Error{"make-model: unknown weight type '" + options.weight_type + "'"};
-  const QuantScheme scheme = mixed ? *named : QuantScheme{options.weight_type, *base, false, 0};
-  const QuantModelFacts facts{s.n_layers, s.n_expert, !s.tied_output};
+  const QuantScheme scheme = mixed ? *named : QuantScheme{options.weight_type, *base, QuantScheme::Mix::Pure, 0};
+  const QuantModelFacts facts{s.n_layers, s.n_expert, !s.tied_output, s.n_heads / s.n_kv_heads};
   const int64_t E = s.n_embd, hd = s.n_embd / s.n_heads, Dkv = hd * s.n_kv_heads, F = s.n_ff, V = s.n_vocab;
   // Latent attention (deepseek2) geometry: per head nope + rope query dims, a shared latent of kv_lora.
   const int64_t rope = std::min<int64_t>(16, hd / 2), nope = hd - rope, kv_lora = std::max<int64_t>(32, E / 4),

@@ -28,9 +28,9 @@ struct ModelShape {
 
 struct MakeModelOptions {
   ModelShape shape;
-  // A type (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k) for every matrix, or q4_k_m /
-  // q5_k_m (Q4_K / Q5_K, with Q6_K for the output and for attn_v and ffn_down in some layers, as llama.cpp
-  // mixes them).
+  // A type (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k) for every matrix, or a
+  // mixture by llama.cpp's rules (q3_k_m, q4_k_m, q5_k_m, q2_k's mixture is not reachable here: "q2_k" is
+  // the pure type; quant/recipe.h).
   std::string weight_type = "f32";
   uint64_t seed = 42;
   // Speculative-decoding pairs: from this layer on (-1: none) the output projections (attn_output,

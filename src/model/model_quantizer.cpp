@@ -25,6 +25,9 @@ QuantModelFacts model_facts(const GgufFile& file) {
   if (auto n = file.get_int(prefix + "block_count"); n.ok() && n.value()) facts.n_layers = static_cast<int>(*n.value());
   if (auto n = file.get_int(prefix + "expert_count"); n.ok() && n.value()) facts.n_expert = static_cast<int>(*n.value());
   facts.has_output = file.find_tensor("output.weight") != nullptr;
+  const auto heads = file.get_int(prefix + "attention.head_count"), kv_heads = file.get_int(prefix + "attention.head_count_kv");
+  if (heads.ok() && heads.value() && kv_heads.ok() && kv_heads.value() && *kv_heads.value() > 0)
+    facts.n_gqa = static_cast<int>(*heads.value() / *kv_heads.value());
   return facts;
 }
 
@@ -52,7 +55,7 @@ void convert_rows(const SourceRows& src, DType to, uint8_t* out, const Importanc
       src.row(static_cast<int64_t>(r), x.data());
       if (importance)
         quantize_row_weighted(to, x.data(), out + r * out_row, n, importance->find(t.name, static_cast<int64_t>(r) / t.ne[1]));
-      else if (to == DType::Q4_K || to == DType::Q5_K || to == DType::Q6_K)
+      else if (dtype_traits(to).block_elems == kQK_K)  // the K-quants
         quantize_row_weighted(to, x.data(), out + r * out_row, n, nullptr);
       else
         quantize_row(to, x.data(), out + r * out_row, n);

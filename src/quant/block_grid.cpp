@@ -28,6 +28,29 @@ void set_nibbles_k(uint8_t* qs, const uint8_t* q) {
       qs[pair * 32 + l] = static_cast<uint8_t>((q[pair * 64 + l] & 0xF) | ((q[pair * 64 + 32 + l] & 0xF) << 4));
 }
 
+// The low 2 bits of a Q2_K / Q3_K block's codes[256]: element 128 h + 32 k + l in bits 2 k of qs[32 h + l].
+void set_crumbs_k(uint8_t* qs, const uint8_t* q) {
+  for (int h = 0; h < 2; ++h)
+    for (int l = 0; l < 32; ++l) {
+      uint8_t byte = 0;
+      for (int k = 0; k < 4; ++k) byte |= static_cast<uint8_t>((q[128 * h + 32 * k + l] & 3) << (2 * k));
+      qs[32 * h + l] = byte;
+    }
+}
+void crumbs_k(const uint8_t* qs, uint8_t* q) {
+  for (int h = 0; h < 2; ++h)
+    for (int k = 0; k < 4; ++k)
+      for (int l = 0; l < 32; ++l) q[128 * h + 32 * k + l] = (qs[32 * h + l] >> (2 * k)) & 3;
+}
+// Bit 2 of a Q3_K block's codes: element 128 h + 32 k + l in bit 4 h + k of hmask[l].
+void set_q3_k_high(uint8_t* hmask, const uint8_t* q) {
+  for (int l = 0; l < 32; ++l) {
+    uint8_t bits = 0;
+    for (int hk = 0; hk < 8; ++hk) bits |= static_cast<uint8_t>(((q[32 * hk + l] >> 2) & 1) << hk);
+    hmask[l] = bits;
+  }
+}
+
 void nibbles_32(const uint8_t* qs, uint8_t* q) {
   for (int j = 0; j < kQK / 2; ++j) q[j] = qs[j] & 0xF, q[j + 16] = qs[j] >> 4;
 }
@@ -56,6 +79,8 @@ bool has_block_grid(DType type) {
     case DType::Q4_1:
     case DType::Q5_0:
     case DType::Q5_1:
+    case DType::Q2_K:
+    case DType::Q3_K:
     case DType::Q4_K:
     case DType::Q5_K:
     case DType::Q6_K: return true;
@@ -70,6 +95,8 @@ int grid_levels(DType type) {
     case DType::Q5_0:
     case DType::Q5_1:
     case DType::Q5_K: return 32;
+    case DType::Q2_K: return 4;
+    case DType::Q3_K: return 8;
     default: return 16;
   }
 }
@@ -122,6 +149,23 @@ BlockGrid block_grid(DType type, const void* block) {
       }
       break;
     }
+    case DType::Q2_K: {
+      const auto* b = static_cast<const BlockQ2_K*>(block);
+      const float d = fp16_to_fp32(b->d), dmin = fp16_to_fp32(b->dmin);
+      g.n = kQK_K;
+      for (int j = 0; j < 16; ++j) fill(j * 16, 16, d * (b->scales[j] & 0xF), -dmin * (b->scales[j] >> 4));
+      break;
+    }
+    case DType::Q3_K: {
+      const auto* b = static_cast<const BlockQ3_K*>(block);
+      const float d = fp16_to_fp32(b->d);
+      g.n = kQK_K;
+      for (int j = 0; j < 16; ++j) {
+        const float step = d * static_cast<float>(q3_k_scale(j, b->scales) - 32);
+        fill(j * 16, 16, step, -4.0f * step);
+      }
+      break;
+    }
     case DType::Q6_K: {
       const auto* b = static_cast<const BlockQ6_K*>(block);
       const float d = fp16_to_fp32(b->d);
@@ -145,6 +189,11 @@ void set_block_codes(DType type, void* block, const uint8_t* q) {
     case DType::Q4_1: set_nibbles_32(static_cast<BlockQ4_1*>(block)->qs, q); break;
     case DType::Q5_0: set_5bit_32(static_cast<BlockQ5_0*>(block)->qs, static_cast<BlockQ5_0*>(block)->qh, q); break;
     case DType::Q5_1: set_5bit_32(static_cast<BlockQ5_1*>(block)->qs, static_cast<BlockQ5_1*>(block)->qh, q); break;
+    case DType::Q2_K: set_crumbs_k(static_cast<BlockQ2_K*>(block)->qs, q); break;
+    case DType::Q3_K:
+      set_crumbs_k(static_cast<BlockQ3_K*>(block)->qs, q);
+      set_q3_k_high(static_cast<BlockQ3_K*>(block)->hmask, q);
+      break;
     case DType::Q4_K: set_nibbles_k(static_cast<BlockQ4_K*>(block)->qs, q); break;
     case DType::Q5_K: {
       auto* b = static_cast<BlockQ5_K*>(block);
@@ -186,6 +235,14 @@ void block_codes(DType type, const void* block, uint8_t* q) {
     case DType::Q4_1: nibbles_32(static_cast<const BlockQ4_1*>(block)->qs, q); break;
     case DType::Q5_0: five_bit_32(static_cast<const BlockQ5_0*>(block)->qs, static_cast<const BlockQ5_0*>(block)->qh, q); break;
     case DType::Q5_1: five_bit_32(static_cast<const BlockQ5_1*>(block)->qs, static_cast<const BlockQ5_1*>(block)->qh, q); break;
+    case DType::Q2_K: crumbs_k(static_cast<const BlockQ2_K*>(block)->qs, q); break;
+    case DType::Q3_K: {
+      const auto* b = static_cast<const BlockQ3_K*>(block);
+      crumbs_k(b->qs, q);
+      for (int hk = 0; hk < 8; ++hk)
+        for (int l = 0; l < 32; ++l) q[32 * hk + l] |= static_cast<uint8_t>(((b->hmask[l] >> hk) & 1) << 2);
+      break;
+    }
     case DType::Q4_K: nibbles_k(static_cast<const BlockQ4_K*>(block)->qs, q); break;
     case DType::Q5_K: {
       const auto* b = static_cast<const BlockQ5_K*>(block);

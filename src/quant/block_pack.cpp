@@ -100,6 +100,44 @@ void pack_q5_k(const float* xb, const float* scales, const float* mins, BlockQ5_
   set_block_codes(DType::Q5_K, &b, q);
 }
 
+void pack_q2_k(const float* xb, const float* scales, const float* mins, BlockQ2_K& b) {
+  const float max_scale = *std::max_element(scales, scales + 16), max_min = *std::max_element(mins, mins + 16);
+  b.d = fp32_to_fp16(max_scale / 15.f);
+  b.dmin = fp32_to_fp16(max_min / 15.f);
+  const float d_used = fp16_to_fp32(b.d), dmin_used = fp16_to_fp32(b.dmin);
+  uint8_t q[kQK_K];
+  for (int j = 0; j < 16; ++j) {
+    const auto sc = static_cast<uint8_t>(std::clamp<long>(d_used ? std::lround(scales[j] / d_used) : 0, 0, 15));
+    const auto m = static_cast<uint8_t>(std::clamp<long>(dmin_used ? std::lround(mins[j] / dmin_used) : 0, 0, 15));
+    b.scales[j] = static_cast<uint8_t>(sc | (m << 4));
+    affine_codes(xb + j * 16, 16, d_used * sc, -dmin_used * m, 4, q + j * 16);
+  }
+  set_block_codes(DType::Q2_K, &b, q);
+}
+
+void pack_q3_k(const float* xb, const float* scales, BlockQ3_K& b) {
+  float max_abs_scale = 0, max_scale = 0;
+  for (int j = 0; j < 16; ++j)
+    if (std::fabs(scales[j]) > max_abs_scale) { max_abs_scale = std::fabs(scales[j]); max_scale = scales[j]; }
+  b.d = fp32_to_fp16(max_scale / -32.f);
+  const float d_used = fp16_to_fp32(b.d);
+  const float id = d_used ? 1.f / d_used : 0.f;
+  std::memset(b.scales, 0, 12);
+  uint8_t q[kQK_K];
+  for (int j = 0; j < 16; ++j) {
+    const int sc = static_cast<int>(std::clamp<long>(std::lround(id * scales[j]), -32, 31));
+    const int stored = sc + 32;  // 6 bits
+    b.scales[j % 8] |= static_cast<uint8_t>((stored & 0xF) << (j < 8 ? 0 : 4));
+    b.scales[8 + j % 4] |= static_cast<uint8_t>((stored >> 4) << (2 * (j / 4)));
+    const float ds = d_used * static_cast<float>(sc);
+    for (int l = 0; l < 16; ++l) {
+      const long v = ds ? std::lround(xb[j * 16 + l] / ds) : 0;
+      q[j * 16 + l] = static_cast<uint8_t>(std::clamp<long>(v, -4, 3) + 4);
+    }
+  }
+  set_block_codes(DType::Q3_K, &b, q);
+}
+
 void pack_q6_k(const float* xb, const float* scales, BlockQ6_K& b) {
   float max_abs_scale = 0, max_scale = 0;
   for (int j = 0; j < 16; ++j)

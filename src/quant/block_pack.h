@@ -23,6 +23,12 @@ void pack_q5_1(const float* x, float d, float m, BlockQ5_1& b);
 void pack_q4_k(const float* x, const float* scales, const float* mins, BlockQ4_K& b);
 // The same for Q5_K, q in [0, 31].
 void pack_q5_k(const float* x, const float* scales, const float* mins, BlockQ5_K& b);
+// x[256] ~ scales[j] * q - mins[j] per sub-block j of 16 (scales, mins >= 0), q in [0, 3]; the 16 scales and
+// mins are stored as 4-bit multiples of d = max scale / 15 and dmin = max min / 15.
+void pack_q2_k(const float* x, const float* scales, const float* mins, BlockQ2_K& b);
+// x[256] ~ scales[j] * q per sub-block j of 16, q in [-4, 3]; the 16 scales are stored as 6-bit multiples
+// (-32 .. 31) of d = (the scale of largest magnitude) / -32.
+void pack_q3_k(const float* x, const float* scales, BlockQ3_K& b);
 // x[256] ~ scales[j] * q per sub-block j of 16, q in [-32, 31]; the 16 scales are stored as int8
 // multiples of d = (the scale of largest magnitude) / -128.
 void pack_q6_k(const float* x, const float* scales, BlockQ6_K& b);

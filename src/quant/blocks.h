@@ -54,6 +54,35 @@ struct BlockQ5_1 {
 };
 static_assert(sizeof(BlockQ5_1) == 24);
 
+// 256 weights in 16 sub-blocks of 16: w = d * (scales[j] & 0xF) * q - dmin * (scales[j] >> 4), q in [0, 3].
+// Element e = 128 h + 32 k + l (h < 2, k < 4, l < 32) has q = (qs[32 h + l] >> 2 k) & 3.
+struct BlockQ2_K {
+  uint8_t scales[kQK_K / 16];  // [16] 4-bit scale (low) and min (high) per sub-block
+  uint8_t qs[kQK_K / 4];       // [64]
+  uint16_t d;
+  uint16_t dmin;
+};
+static_assert(sizeof(BlockQ2_K) == 84);
+
+// 256 weights in 16 sub-blocks of 16: w = d * (sc[j] - 32) * (q - 4), q in [0, 7], sc 6-bit (q3_k_scale).
+// Element e = 128 h + 32 k + l has the low 2 bits of q in (qs[32 h + l] >> 2 k) & 3 and bit 2 in bit 4 h + k
+// of hmask[l].
+struct BlockQ3_K {
+  uint8_t hmask[kQK_K / 8];  // [32]
+  uint8_t qs[kQK_K / 4];     // [64]
+  uint8_t scales[12];
+  uint16_t d;
+};
+static_assert(sizeof(BlockQ3_K) == 110);
+
+// The 6-bit scale (0..63, the weight's factor is that minus 32) of sub-block j (0..15) of a Q3_K block: the low
+// 4 bits in the low (j < 8) or high (j >= 8) nibble of scales[j % 8], the high 2 bits at bit 2 (j / 4) of
+// scales[8 + j % 4].
+static inline int q3_k_scale(int j, const uint8_t* scales) {
+  const int low = j < 8 ? (scales[j] & 0xF) : (scales[j - 8] >> 4);
+  return low | (((scales[8 + j % 4] >> (2 * (j / 4))) & 3) << 4);
+}
+
 // 256 weights in 8 sub-blocks of 32: w = d * sc[j] * q - dmin * m[j], with 6-bit sc/m packed in scales[12]
 // and 4-bit q. Sub-block pairs (2i, 2i+1) share 32 bytes of qs: low nibbles, then high nibbles.
 struct BlockQ4_K {

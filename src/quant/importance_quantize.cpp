@@ -139,6 +139,26 @@ void quantize_row_weighted(DType type, const float* x, void* row, size_t n, cons
       }
       break;
     }
+    case DType::Q2_K:
+      for (size_t i = 0; i < n / kQK_K; ++i) {
+        float scales[16], mins[16];
+        for (int j = 0; j < 16; ++j) {
+          const size_t at = i * kQK_K + static_cast<size_t>(j) * 16;
+          search_asymmetric(x + at, weights_at(at, 16), 16, 3, 1.0f, 10, scales[j], mins[j]);
+        }
+        pack_q2_k(x + i * kQK_K, scales, mins, static_cast<BlockQ2_K*>(row)[i]);
+      }
+      break;
+    case DType::Q3_K:
+      for (size_t i = 0; i < n / kQK_K; ++i) {
+        float scales[16];
+        for (int j = 0; j < 16; ++j) {
+          const size_t at = i * kQK_K + static_cast<size_t>(j) * 16;
+          scales[j] = search_symmetric(x + at, weights_at(at, 16), 16, -4, 3, 1.0f, 10);
+        }
+        pack_q3_k(x + i * kQK_K, scales, static_cast<BlockQ3_K*>(row)[i]);
+      }
+      break;
     case DType::Q6_K:
       for (size_t i = 0; i < n / kQK_K; ++i) {
         float scales[16];
@@ -192,6 +212,18 @@ void fit_group_weighted(DType type, const float* x, const float* weights, float*
       for (int i = 0; i < kQK; ++i) fitted[i] = scale * std::clamp(round_half_away((x[i] + min) * id), 0.0f, nmax) - min;
       break;
     }
+    case DType::Q2_K:
+      for (int half = 0; half < 2; ++half) {
+        float scale, min;
+        search_asymmetric(x + half * 16, w + half * 16, 16, 3, 1.0f, 10, scale, min);
+        const float id = scale ? 1.0f / scale : 0.0f;
+        for (int i = half * 16; i < half * 16 + 16; ++i)
+          fitted[i] = scale * std::clamp(round_half_away((x[i] + min) * id), 0.0f, 3.0f) - min;
+      }
+      break;
+    case DType::Q3_K:
+      for (int half = 0; half < 2; ++half) symmetric(half * 16, 16, -4, 3, search_symmetric(x + half * 16, w + half * 16, 16, -4, 3, 1.0f, 10));
+      break;
     case DType::Q6_K:
       for (int half = 0; half < 2; ++half) symmetric(half * 16, 16, -32, 31, search_symmetric(x + half * 16, w + half * 16, 16, -32, 31, 3.0f, 12));
       break;

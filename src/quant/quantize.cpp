@@ -67,6 +67,30 @@ void dequant_q5_k(const BlockQ5_K* b, float* y, size_t nb) {
   }
 }
 
+void dequant_q2_k(const BlockQ2_K* b, float* y, size_t nb) {
+  for (size_t i = 0; i < nb; ++i) {
+    const float d = fp16_to_fp32(b[i].d), dmin = fp16_to_fp32(b[i].dmin);
+    float* out = y + i * kQK_K;
+    for (int e = 0; e < kQK_K; ++e) {  // e = 128 h + 32 k + l: bits 2 k of qs[32 h + l]; sub-block e / 16
+      const int q = (b[i].qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+      const uint8_t sc = b[i].scales[e / 16];
+      out[e] = d * (sc & 0xF) * q - dmin * (sc >> 4);
+    }
+  }
+}
+
+void dequant_q3_k(const BlockQ3_K* b, float* y, size_t nb) {
+  for (size_t i = 0; i < nb; ++i) {
+    const float d = fp16_to_fp32(b[i].d);
+    float* out = y + i * kQK_K;
+    for (int e = 0; e < kQK_K; ++e) {  // low 2 bits as Q2_K's; bit 2 in bit e / 32 of hmask[e % 32]
+      const int low = (b[i].qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+      const int high = (b[i].hmask[e % 32] >> (e / 32)) & 1;
+      out[e] = d * static_cast<float>(q3_k_scale(e / 16, b[i].scales) - 32) * static_cast<float>((low | (high << 2)) - 4);
+    }
+  }
+}
+
 void dequant_q4_k(const BlockQ4_K* b, float* y, size_t nb) {
   for (size_t i = 0; i < nb; ++i) {
     const float d = fp16_to_fp32(b[i].d), dmin = fp16_to_fp32(b[i].dmin);
@@ -168,6 +192,34 @@ void quant_k_min_max(const float* x, Block* b, size_t nb, int levels, const Pack
   }
 }
 
+void quant_q2_k(const float* x, BlockQ2_K* b, size_t nb) {
+  for (size_t i = 0; i < nb; ++i) {
+    const float* xb = x + i * kQK_K;
+    float scales[16], mins[16];  // per sub-block of 16: w ~ scale * q - min over [min(x, 0), max(x)]
+    for (int j = 0; j < 16; ++j) {
+      float lo = 0, hi = xb[j * 16];
+      for (int l = 0; l < 16; ++l) { lo = std::min(lo, xb[j * 16 + l]); hi = std::max(hi, xb[j * 16 + l]); }
+      scales[j] = (hi - lo) / 3.f;
+      mins[j] = -lo;
+    }
+    pack_q2_k(xb, scales, mins, b[i]);
+  }
+}
+
+void quant_q3_k(const float* x, BlockQ3_K* b, size_t nb) {
+  for (size_t i = 0; i < nb; ++i) {
+    const float* xb = x + i * kQK_K;
+    float scales[16];  // the value of largest magnitude maps to q = -4
+    for (int j = 0; j < 16; ++j) {
+      float amax = 0, max = 0;
+      for (int l = 0; l < 16; ++l)
+        if (std::fabs(xb[j * 16 + l]) > amax) { amax = std::fabs(xb[j * 16 + l]); max = xb[j * 16 + l]; }
+      scales[j] = max / -4.f;
+    }
+    pack_q3_k(xb, scales, b[i]);
+  }
+}
+
 void quant_q6_k(const float* x, BlockQ6_K* b, size_t nb) {
   for (size_t i = 0; i < nb; ++i) {
     const float* xb = x + i * kQK_K;
@@ -202,6 +254,8 @@ void dequantize_row(DType type, const void* row, float* out, size_t n) {
     case DType::Q4_1: dequant_min_32(type, static_cast<const BlockQ4_1*>(row), out, n / kQK); break;
     case DType::Q5_0: dequant_q5_0(static_cast<const BlockQ5_0*>(row), out, n / kQK); break;
     case DType::Q5_1: dequant_min_32(type, static_cast<const BlockQ5_1*>(row), out, n / kQK); break;
+    case DType::Q2_K: dequant_q2_k(static_cast<const BlockQ2_K*>(row), out, n / kQK_K); break;
+    case DType::Q3_K: dequant_q3_k(static_cast<const BlockQ3_K*>(row), out, n / kQK_K); break;
     case DType::Q4_K: dequant_q4_k(static_cast<const BlockQ4_K*>(row), out, n / kQK_K); break;
     case DType::Q5_K: dequant_q5_k(static_cast<const BlockQ5_K*>(row), out, n / kQK_K); break;
     case DType::Q6_K: dequant_q6_k(static_cast<const BlockQ6_K*>(row), out, n / kQK_K); break;
@@ -244,6 +298,8 @@ void quantize_row(DType type, const float* in, void* row, size_t n) {
     case DType::Q4_1: quant_min_max_32(in, static_cast<BlockQ4_1*>(row), n / kQK, 16, pack_q4_1); break;
     case DType::Q5_0: quant_q5_0(in, static_cast<BlockQ5_0*>(row), n / kQK); break;
     case DType::Q5_1: quant_min_max_32(in, static_cast<BlockQ5_1*>(row), n / kQK, 32, pack_q5_1); break;
+    case DType::Q2_K: quant_q2_k(in, static_cast<BlockQ2_K*>(row), n / kQK_K); break;
+    case DType::Q3_K: quant_q3_k(in, static_cast<BlockQ3_K*>(row), n / kQK_K); break;
     case DType::Q4_K: quant_k_min_max(in, static_cast<BlockQ4_K*>(row), n / kQK_K, 16, pack_q4_k); break;
     case DType::Q5_K: quant_k_min_max(in, static_cast<BlockQ5_K*>(row), n / kQK_K, 32, pack_q5_k); break;
     case DType::Q6_K: quant_q6_k(in, static_cast<BlockQ6_K*>(row), n / kQK_K); break;

@@ -141,6 +141,53 @@ void k_quant_q8a(const void* row, const BlockQ8A* x, size_t xs, size_t n, float*
 template <int NT> void q4_k_q8a(const void* r, const BlockQ8A* x, size_t xs, size_t n, float* o, size_t os) { k_quant_q8a<BlockQ4_K, NT>(r, x, xs, n, o, os); }
 template <int NT> void q5_k_q8a(const void* r, const BlockQ8A* x, size_t xs, size_t n, float* o, size_t os) { k_quant_q8a<BlockQ5_K, NT>(r, x, xs, n, o, os); }
 
+// Q2_K and Q3_K: per 16-element sub-block j, Q2_K's w = d * (sc_j & 15) * q - dmin * (sc_j >> 4) with q in 0..3,
+// Q3_K's w = d * (sc_j - 32) * (q - 4) with q in 0..7 (bit 2 from hmask). Element 128 h + 32 k + l has its low
+// 2 bits at bits 2 k of qs[32 h + l], so each (h, k) is one 32-element activation block; lanes 0..3 of its
+// int32 products hold the first 16 elements, lanes 4..7 the second.
+template <class Block, int NT>
+void low_bit_k_q8a(const void* row, const BlockQ8A* x, size_t xs, size_t n, float* out, size_t os) {
+  constexpr bool kQ3 = std::is_same_v<Block, BlockQ3_K>;
+  const auto* b = static_cast<const Block*>(row);
+  const __m256i m2 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+  __m256 acc[NT];
+  float corr[NT] = {};
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  for (size_t i = 0; i < n / kQK_K; ++i) {
+    const float d = _cvtsh_ss(b[i].d);
+    float scale[16], offset[16];  // per sub-block: the codes' factor, and what multiplies sum(x)
+    __m256i hm = _mm256_setzero_si256();
+    if constexpr (kQ3) {
+      for (int j = 0; j < 16; ++j) scale[j] = d * static_cast<float>(q3_k_scale(j, b[i].scales) - 32), offset[j] = 4.0f * scale[j];
+      hm = load256(b[i].hmask);
+    } else {
+      const float dmin = _cvtsh_ss(b[i].dmin);
+      for (int j = 0; j < 16; ++j) scale[j] = d * (b[i].scales[j] & 0xF), offset[j] = dmin * (b[i].scales[j] >> 4);
+    }
+    for (int h = 0; h < 2; ++h) {
+      const __m256i q = load256(b[i].qs + 32 * h);
+      for (int k = 0; k < 4; ++k) {
+        __m256i codes = _mm256_and_si256(_mm256_srli_epi16(q, 2 * k), m2);
+        if constexpr (kQ3) {  // bit 4 h + k of each hmask byte, moved to bit 2
+          codes = _mm256_or_si256(codes, _mm256_slli_epi16(_mm256_and_si256(hm, one), 2));
+          hm = _mm256_srli_epi16(hm, 1);
+        }
+        const int sb = 8 * h + 2 * k;  // the first of the block's two sub-blocks
+        const size_t blk = i * 8 + 4 * h + k;
+        for (int t = 0; t < NT; ++t) {
+          const BlockQ8A& xb = x[t * xs + blk];
+          const __m256 sc = _mm256_setr_m128(_mm_set1_ps(scale[sb] * xb.d), _mm_set1_ps(scale[sb + 1] * xb.d));
+          acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8(codes, load256(xb.qs))), sc, acc[t]);
+          corr[t] += xb.d * (offset[sb] * xb.sum16[0] + offset[sb + 1] * xb.sum16[1]);
+        }
+      }
+    }
+  }
+  for (int t = 0; t < NT; ++t) out[t * os] = hsum_ps(acc[t]) - corr[t];
+}
+template <int NT> void q2_k_q8a(const void* r, const BlockQ8A* x, size_t xs, size_t n, float* o, size_t os) { low_bit_k_q8a<BlockQ2_K, NT>(r, x, xs, n, o, os); }
+template <int NT> void q3_k_q8a(const void* r, const BlockQ8A* x, size_t xs, size_t n, float* o, size_t os) { low_bit_k_q8a<BlockQ3_K, NT>(r, x, xs, n, o, os); }
+
 // Q6_K: per 16-element sub-block, w = d * sc * (q - 32) with q in 0..63. Each 32-element activation block
 // spans two sub-blocks: lanes 0..3 of the int32 products hold the first 16, lanes 4..7 the second.
 template <int NT>
@@ -187,6 +234,8 @@ DotQ8Fn dot_q8_table(DType type) {
     case DType::Q4_1: return KESTREL_DOT_Q8_DISPATCH(q4_1_q8a);
     case DType::Q5_0: return KESTREL_DOT_Q8_DISPATCH(q5_0_q8a);
     case DType::Q5_1: return KESTREL_DOT_Q8_DISPATCH(q5_1_q8a);
+    case DType::Q2_K: return KESTREL_DOT_Q8_DISPATCH(q2_k_q8a);
+    case DType::Q3_K: return KESTREL_DOT_Q8_DISPATCH(q3_k_q8a);
     case DType::Q4_K: return KESTREL_DOT_Q8_DISPATCH(q4_k_q8a);
     case DType::Q5_K: return KESTREL_DOT_Q8_DISPATCH(q5_k_q8a);
     case DType::Q6_K: return KESTREL_DOT_Q8_DISPATCH(q6_k_q8a);

@@ -34,14 +34,39 @@ inline void store_rows(const PackedView& w, float* y, __m256 rows) {
   _mm256_storeu_ps(y, w.accumulate ? _mm256_add_ps(_mm256_loadu_ps(y), rows) : rows);
 }
 
-// ORs bit 4 of the 5-bit codes into q[8] (inputs 4k..4k+3 of the half's 8 rows, low 4 bits) from the half
-// of a high-bit plane: bit k of each byte moves to bit 4 of q[k]'s byte.
+// ORs the top bit of the codes into q[8] (inputs 4k..4k+3 of the half's 8 rows, the lower bits) from the
+// half of a high-bit plane: bit k of each byte moves to bit kTop (4 for 5-bit codes, 2 for 3-bit ones) of
+// q[k]'s byte.
+template <int kTop = 4>
 inline void add_high_bits(__m256i (&q)[8], __m256i plane) {
   KESTREL_UNROLL
   for (int k = 0; k < 8; ++k) {
     const __m256i bit = _mm256_and_si256(plane, _mm256_set1_epi8(static_cast<char>(1 << k)));
-    q[k] = _mm256_or_si256(q[k], k < 4 ? _mm256_slli_epi16(bit, 4 - k) : _mm256_srli_epi16(bit, k - 4));
+    q[k] = _mm256_or_si256(q[k], k < kTop ? _mm256_slli_epi16(bit, kTop - k) : k > kTop ? _mm256_srli_epi16(bit, k - kTop) : bit);
   }
+}
+
+// The half's 8 rows of one 32-input crumb tile: q[k] = inputs 4k..4k+3, 2 bits (plus bit 2 from `plane`).
+inline void load_crumb_tile(const uint8_t* tile, const uint8_t* plane, int half, __m256i (&q)[8]) {
+  const __m256i m2 = _mm256_set1_epi8(3);
+  const __m256i v0 = load256(tile + 32 * half), v1 = load256(tile + 64 + 32 * half);
+  for (int c = 0; c < 4; ++c) {
+    q[c] = _mm256_and_si256(_mm256_srli_epi16(v0, 2 * c), m2);
+    q[c + 4] = _mm256_and_si256(_mm256_srli_epi16(v1, 2 * c), m2);
+  }
+  if (plane) add_high_bits<2>(q, load256(plane + 32 * half));
+}
+
+// int32 sums per row lane over the two 16-input halves of a 32-input block (k-groups 0..3 and 4..7) of codes
+// below 8 (4 x 2 x 7 x 127 < 2^15 in int16).
+inline void dot_halves(const __m256i (&q)[8], const int32_t* x4, __m256i& s0, __m256i& s1) {
+  __m256i lo = maddubs(q[0], x4[0]), hi = maddubs(q[4], x4[4]);
+  for (int k = 1; k < 4; ++k) {
+    lo = _mm256_add_epi16(lo, maddubs(q[k], x4[k]));
+    hi = _mm256_add_epi16(hi, maddubs(q[k + 4], x4[k + 4]));
+  }
+  s0 = widen_pairs(lo);
+  s1 = widen_pairs(hi);
 }
 
 // The half's 8 rows of one 32-input nibble tile: q[k] = inputs 4k..4k+3 (plus bit 4 from `plane` when given).
@@ -175,6 +200,105 @@ void half_tile_q4_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_
   for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16 + 8 * half, acc[t]);
 }
 
+// Q2_K: per 16-input sub-block, w = d * sc * q - dmin * m with q in 0..3 and the 4-bit sc, m of one byte.
+template <int T>
+void half_tile_q2_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, int half, const uint8_t* after) {
+  const size_t nxb = nb * 8;
+  const __m256i low4 = _mm256_set1_epi32(0xF);
+  __m256 acc[T];
+  KESTREL_UNROLL
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  const uint8_t* group = w.data + static_cast<size_t>(g) * nb * w.block_bytes;
+  for (size_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = group + b * w.block_bytes;
+    const StreamHalf ahead = two_pass_ahead(group, half, b, kPrefetchSuperBlocks, nb, w.block_bytes, after);
+    const __m256 d = load_8_halves(blk + 16 * half), dmin = load_8_halves(blk + 32 + 16 * half);
+    for (int j = 0; j < 8; ++j) {
+      prefetch_block_part(ahead.block, w.block_bytes, 8 * ahead.half + j, 16);
+      const auto raw = [&](int s) {  // the 8 rows' bytes of sub-block s
+        return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 64 + 16 * s + 8 * half)));
+      };
+      const __m256i raw0 = raw(2 * j), raw1 = raw(2 * j + 1);
+      const __m256 sc0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_and_si256(raw0, low4)));
+      const __m256 sc1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_and_si256(raw1, low4)));
+      const __m256 m0 = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_srli_epi32(raw0, 4)));
+      const __m256 m1 = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_srli_epi32(raw1, 4)));
+      __m256i q[8];
+      load_crumb_tile(blk + 320 + 128 * j, nullptr, half, q);
+      KESTREL_UNROLL
+      for (int t = 0; t < T; ++t) {
+        const BlockQ8A& xb = xq[static_cast<size_t>(t) * nxb + b * 8 + j];
+        __m256i s0, s1;
+        dot_halves(q, reinterpret_cast<const int32_t*>(xb.qs), s0, s1);
+        const __m256 dx = _mm256_set1_ps(xb.d);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_mul_ps(sc0, dx), acc[t]);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_mul_ps(sc1, dx), acc[t]);
+        acc[t] = _mm256_fnmadd_ps(m0, _mm256_set1_ps(xb.d * static_cast<float>(xb.sum16[0])), acc[t]);
+        acc[t] = _mm256_fnmadd_ps(m1, _mm256_set1_ps(xb.d * static_cast<float>(xb.sum16[1])), acc[t]);
+      }
+    }
+  }
+  KESTREL_UNROLL
+  for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16 + 8 * half, acc[t]);
+}
+
+// The 16 sub-blocks' scales (6-bit code - 32) of the half's 8 rows, out[j][row], from the packed codes
+// (scales[12][16]: byte k of each row's 12, as in the file; see the AVX-512 kernel).
+inline void q3_k_scales_x8(const uint8_t* scales, int half, int8_t (*out)[8]) {
+  const auto bytes4 = [&](int k) {  // bytes k..k+3 of the 8 rows: byte (k' - k, row)
+    const auto* p = reinterpret_cast<const long long*>(scales + 8 * half);
+    return _mm256_set_epi64x(p[2 * (k + 3)], p[2 * (k + 2)], p[2 * (k + 1)], p[2 * k]);
+  };
+  const __m256i a = bytes4(0), b = bytes4(4), c = bytes4(8);
+  const __m256i low4 = _mm256_set1_epi8(0xF), low2 = _mm256_set1_epi8(3), bias = _mm256_set1_epi8(32);
+  const auto top2 = [&](int shift) { return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(c, shift), low2), 4); };
+  const auto store = [&](int j, __m256i low) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[j]), _mm256_sub_epi8(_mm256_or_si256(low, top2(j / 2)), bias));
+  };
+  store(0, _mm256_and_si256(a, low4));
+  store(4, _mm256_and_si256(b, low4));
+  store(8, _mm256_and_si256(_mm256_srli_epi16(a, 4), low4));
+  store(12, _mm256_and_si256(_mm256_srli_epi16(b, 4), low4));
+}
+
+// Q3_K: per 16-input sub-block, w = d * sc * (q - 4) with q in 0..7.
+template <int T>
+void half_tile_q3_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, int half, const uint8_t* after) {
+  const size_t nxb = nb * 8;
+  __m256 acc[T];
+  KESTREL_UNROLL
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  const uint8_t* group = w.data + static_cast<size_t>(g) * nb * w.block_bytes;
+  for (size_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = group + b * w.block_bytes;
+    const StreamHalf ahead = two_pass_ahead(group, half, b, kPrefetchSuperBlocks, nb, w.block_bytes, after);
+    alignas(32) int8_t scales[16][8];  // [sub-block][row]
+    q3_k_scales_x8(blk + 32, half, scales);
+    const __m256 d = load_8_halves(blk + 16 * half);
+    for (int j = 0; j < 8; ++j) {
+      prefetch_block_part(ahead.block, w.block_bytes, 8 * ahead.half + j, 16);
+      const __m256 sc0 = _mm256_mul_ps(d, i8x8_to_ps(reinterpret_cast<const uint8_t*>(scales[2 * j])));
+      const __m256 sc1 = _mm256_mul_ps(d, i8x8_to_ps(reinterpret_cast<const uint8_t*>(scales[2 * j + 1])));
+      __m256i q[8];
+      const uint8_t* tile = blk + 224 + 192 * j;
+      load_crumb_tile(tile, tile + 128, half, q);
+      KESTREL_UNROLL
+      for (int t = 0; t < T; ++t) {
+        const BlockQ8A& xb = xq[static_cast<size_t>(t) * nxb + b * 8 + j];
+        __m256i s0, s1;
+        dot_halves(q, reinterpret_cast<const int32_t*>(xb.qs), s0, s1);
+        s0 = _mm256_add_epi32(s0, _mm256_set1_epi32(-4 * xb.sum16[0]));
+        s1 = _mm256_add_epi32(s1, _mm256_set1_epi32(-4 * xb.sum16[1]));
+        const __m256 dx = _mm256_set1_ps(xb.d);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_mul_ps(sc0, dx), acc[t]);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_mul_ps(sc1, dx), acc[t]);
+      }
+    }
+  }
+  KESTREL_UNROLL
+  for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16 + 8 * half, acc[t]);
+}
+
 // Q6_K: 6-bit q in 0..63 (two int16 pair sums per lane at most: 2 x 2 x 63 x 127 < 2^15), w = d sc (q - 32).
 template <int T>
 void half_tile_q6_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, int half, const uint8_t* after) {
@@ -222,7 +346,7 @@ void half_tile_q6_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_
 
 // The tiles of each layout, for the shared driver (gemm_driver.h).
 struct Avx2Tiles {
-  static constexpr bool kFiveBitAndMin = true;
+  static constexpr bool kAllLayouts = true;
   static constexpr int kTokens = 4;  // tokens per register tile
   static constexpr int64_t kGroupChunk = 4;  // row groups whose weights stay in cache while token tiles pass
   template <PackedLayout L, int T>
@@ -232,6 +356,10 @@ struct Avx2Tiles {
         half_tile_q4_k<L, T>(w, xq, nb, y, ys, g, half, after);
       else if constexpr (L == PackedLayout::Q6_Kx16)
         half_tile_q6_k<T>(w, xq, nb, y, ys, g, half, after);
+      else if constexpr (L == PackedLayout::Q2_Kx16)
+        half_tile_q2_k<T>(w, xq, nb, y, ys, g, half, after);
+      else if constexpr (L == PackedLayout::Q3_Kx16)
+        half_tile_q3_k<T>(w, xq, nb, y, ys, g, half, after);
       else
         half_tile<L, T>(w, xq, nb, y, ys, g, half, after);
     }

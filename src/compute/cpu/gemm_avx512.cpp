@@ -18,14 +18,28 @@ inline void store_rows(const PackedView& w, float* y, __m512 rows) {
   _mm512_storeu_ps(y, w.accumulate ? _mm512_add_ps(_mm512_loadu_ps(y), rows) : rows);
 }
 
-// ORs bit 4 of the 5-bit codes into q[8] (inputs 4k..4k+3 of the 16 rows, low 4 bits): bit k of each
-// byte of the high-bit plane moves to bit 4 of q[k]'s byte (16-bit shifts of single bits within a byte).
-inline void add_high_bits(__m512i (&q)[8], __m512i plane) {
+// Adds the top bit of the codes to q[8] (inputs 4k..4k+3 of the 16 rows, the lower bits): where bit k of a
+// byte of the high-bit plane is set, `top` (16 for 5-bit codes, 4 for 3-bit ones) is added to q[k]'s byte (a
+// byte-masked add: two operations per k).
+inline void add_high_bits(__m512i (&q)[8], __m512i plane, char top = 16) {
+  const __m512i add = _mm512_set1_epi8(top);
   KESTREL_UNROLL
   for (int k = 0; k < 8; ++k) {
-    const __m512i bit = _mm512_and_si512(plane, _mm512_set1_epi8(static_cast<char>(1 << k)));
-    q[k] = _mm512_or_si512(q[k], k < 4 ? _mm512_slli_epi16(bit, 4 - k) : _mm512_srli_epi16(bit, k - 4));
+    const __mmask64 set = _mm512_test_epi8_mask(plane, _mm512_set1_epi8(static_cast<char>(1 << k)));
+    q[k] = _mm512_mask_add_epi8(q[k], set, q[k], add);
   }
+}
+
+// The 16 rows' codes of one 32-input crumb tile: q[k] = inputs 4k..4k+3, 2 bits (plus bit 2 from `plane`
+// when given).
+inline void load_crumb_tile(const uint8_t* tile, const uint8_t* plane, __m512i (&q)[8]) {
+  const __m512i m2 = _mm512_set1_epi8(3);
+  const __m512i v0 = _mm512_loadu_si512(tile), v1 = _mm512_loadu_si512(tile + 64);
+  for (int c = 0; c < 4; ++c) {
+    q[c] = _mm512_and_si512(_mm512_srli_epi16(v0, 2 * c), m2);
+    q[c + 4] = _mm512_and_si512(_mm512_srli_epi16(v1, 2 * c), m2);
+  }
+  if (plane) add_high_bits(q, _mm512_loadu_si512(plane), 4);
 }
 
 // The 16 rows' codes of one 32-input nibble tile: q[k] = inputs 4k..4k+3 (plus bit 4 from `plane` when given).
@@ -145,6 +159,113 @@ void tile_q4_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
   for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16, acc[t]);
 }
 
+// Per 32-input activation block, the dot products of its two 16-input halves (k-groups 0..3 and 4..7), each
+// starting from its own offset term.
+inline void dot_halves(const __m512i (&q)[8], const BlockQ8A& xb, __m512i& s0, __m512i& s1) {
+  const auto* x4 = reinterpret_cast<const int32_t*>(xb.qs);
+  for (int k = 0; k < 4; ++k) {
+    s0 = _mm512_dpbusd_epi32(s0, q[k], _mm512_set1_epi32(x4[k]));
+    s1 = _mm512_dpbusd_epi32(s1, q[k + 4], _mm512_set1_epi32(x4[k + 4]));
+  }
+}
+
+// Q2_K: per 16-input sub-block, w = d * sc * q - dmin * m with q in 0..3 and the 4-bit sc, m of one byte.
+template <int T>
+void tile_q2_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, const uint8_t* after) {
+  const size_t nxb = nb * 8;
+  const __m512i low4 = _mm512_set1_epi32(0xF);
+  __m512 acc[T];
+  KESTREL_UNROLL
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (size_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = w.data + (static_cast<size_t>(g) * nb + b) * w.block_bytes;
+    const uint8_t* ahead = block_ahead(blk, b, kPrefetchSuperBlocks, nb, w.block_bytes, after);
+    __m512 sb[T], sb_min[T];  // the super-block's sums, scaled by d and dmin once at the end
+    KESTREL_UNROLL
+    for (int t = 0; t < T; ++t) sb[t] = sb_min[t] = _mm512_setzero_ps();
+    for (int j = 0; j < 8; ++j) {
+      prefetch_superblock_part(ahead, w.block_bytes, j);
+      const __m512i raw0 = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 64 + 32 * j)));
+      const __m512i raw1 = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 80 + 32 * j)));
+      const __m512 sc0 = _mm512_cvtepi32_ps(_mm512_and_si512(raw0, low4)), sc1 = _mm512_cvtepi32_ps(_mm512_and_si512(raw1, low4));
+      const __m512 m0 = _mm512_cvtepi32_ps(_mm512_srli_epi32(raw0, 4)), m1 = _mm512_cvtepi32_ps(_mm512_srli_epi32(raw1, 4));
+      __m512i q[8];
+      load_crumb_tile(blk + 320 + 128 * j, nullptr, q);
+      KESTREL_UNROLL
+      for (int t = 0; t < T; ++t) {
+        const BlockQ8A& xb = xq[static_cast<size_t>(t) * nxb + b * 8 + j];
+        __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+        dot_halves(q, xb, s0, s1);
+        const __m512 dx = _mm512_set1_ps(xb.d);
+        sb[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(sc0, dx), sb[t]);
+        sb[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(sc1, dx), sb[t]);
+        sb_min[t] = _mm512_fmadd_ps(m0, _mm512_set1_ps(xb.d * static_cast<float>(xb.sum16[0])), sb_min[t]);
+        sb_min[t] = _mm512_fmadd_ps(m1, _mm512_set1_ps(xb.d * static_cast<float>(xb.sum16[1])), sb_min[t]);
+      }
+    }
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+    const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32)));
+    KESTREL_UNROLL
+    for (int t = 0; t < T; ++t) acc[t] = _mm512_fmadd_ps(d, sb[t], _mm512_fnmadd_ps(dmin, sb_min[t], acc[t]));
+  }
+  KESTREL_UNROLL
+  for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16, acc[t]);
+}
+
+// The 16 sub-blocks' scales (6-bit code - 32) of 16 rows, out[j][row], from the packed codes (scales[12][16]:
+// byte k of each row's 12, as in the file: the low 4 bits in bytes j % 8 (low nibble for j < 8), the top 2
+// at bits 2 (j / 4) of byte 8 + j % 4; quant/blocks.h q3_k_scale).
+inline void q3_k_scales_x16(const uint8_t* scales, int8_t (*out)[16]) {
+  const __m512i a = _mm512_loadu_si512(scales), b = _mm512_loadu_si512(scales + 64), c = _mm512_loadu_si512(scales + 128);
+  const __m512i low4 = _mm512_set1_epi8(0xF), low2 = _mm512_set1_epi8(3), bias = _mm512_set1_epi8(32);
+  const auto top2 = [&](int shift) { return _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(c, shift), low2), 4); };
+  const auto store = [&](int j, __m512i low) { _mm512_storeu_si512(out[j], _mm512_sub_epi8(_mm512_or_si512(low, top2(j / 2)), bias)); };
+  store(0, _mm512_and_si512(a, low4));
+  store(4, _mm512_and_si512(b, low4));
+  store(8, _mm512_and_si512(_mm512_srli_epi16(a, 4), low4));
+  store(12, _mm512_and_si512(_mm512_srli_epi16(b, 4), low4));
+}
+
+// Q3_K: per 16-input sub-block, w = d * sc * (q - 4) with q in 0..7.
+template <int T>
+void tile_q3_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, const uint8_t* after) {
+  const size_t nxb = nb * 8;
+  __m512 acc[T];
+  KESTREL_UNROLL
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (size_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = w.data + (static_cast<size_t>(g) * nb + b) * w.block_bytes;
+    const uint8_t* ahead = block_ahead(blk, b, kPrefetchSuperBlocks, nb, w.block_bytes, after);
+    alignas(64) int8_t scales[16][16];  // [sub-block][row]
+    q3_k_scales_x16(blk + 32, scales);
+    __m512 sb[T];
+    KESTREL_UNROLL
+    for (int t = 0; t < T; ++t) sb[t] = _mm512_setzero_ps();
+    for (int j = 0; j < 8; ++j) {
+      prefetch_superblock_part(ahead, w.block_bytes, j);
+      const __m512 sc0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(scales[2 * j]))));
+      const __m512 sc1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(scales[2 * j + 1]))));
+      __m512i q[8];
+      const uint8_t* tile = blk + 224 + 192 * j;
+      load_crumb_tile(tile, tile + 128, q);
+      KESTREL_UNROLL
+      for (int t = 0; t < T; ++t) {
+        const BlockQ8A& xb = xq[static_cast<size_t>(t) * nxb + b * 8 + j];
+        __m512i s0 = _mm512_set1_epi32(-4 * xb.sum16[0]), s1 = _mm512_set1_epi32(-4 * xb.sum16[1]);
+        dot_halves(q, xb, s0, s1);
+        const __m512 dx = _mm512_set1_ps(xb.d);
+        sb[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(sc0, dx), sb[t]);
+        sb[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(sc1, dx), sb[t]);
+      }
+    }
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+    KESTREL_UNROLL
+    for (int t = 0; t < T; ++t) acc[t] = _mm512_fmadd_ps(d, sb[t], acc[t]);
+  }
+  KESTREL_UNROLL
+  for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16, acc[t]);
+}
+
 template <int T>
 void tile_q6_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, const uint8_t* after) {
   const size_t nxb = nb * 8;
@@ -194,7 +315,7 @@ void tile_q6_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
 
 // The tiles of each layout, for the shared driver (gemm_driver.h).
 struct Avx512Tiles {
-  static constexpr bool kFiveBitAndMin = true;
+  static constexpr bool kAllLayouts = true;
   static constexpr int kTokens = 8;  // tokens per register tile
   static constexpr int64_t kGroupChunk = 4;  // row groups whose weights stay in cache while token tiles pass
   template <PackedLayout L, int T>
@@ -203,6 +324,10 @@ struct Avx512Tiles {
       tile_q4_k<L, T>(w, xq, nb, y, ys, g, after);
     else if constexpr (L == PackedLayout::Q6_Kx16)
       tile_q6_k<T>(w, xq, nb, y, ys, g, after);
+    else if constexpr (L == PackedLayout::Q2_Kx16)
+      tile_q2_k<T>(w, xq, nb, y, ys, g, after);
+    else if constexpr (L == PackedLayout::Q3_Kx16)
+      tile_q3_k<T>(w, xq, nb, y, ys, g, after);
     else
       tile_32<L, T>(w, xq, nb, y, ys, g, after);
   }

@@ -56,7 +56,7 @@ void packed_gemm(PackedView w, const BlockQ8A* xq, int n_tok, float* y, size_t y
 }
 
 // The integer layouts' GEMMs of one ISA (nullptr for the float layouts, which have their own kernels, and
-// for the 5-bit and min layouts where Tiles::kFiveBitAndMin is false).
+// for the layouts past the first four where Tiles::kAllLayouts is false).
 template <class Tiles>
 PackedGemmFn packed_gemm_table(PackedLayout layout) {
   switch (layout) {
@@ -66,12 +66,14 @@ PackedGemmFn packed_gemm_table(PackedLayout layout) {
     case PackedLayout::Q6_Kx16: return packed_gemm<Tiles, PackedLayout::Q6_Kx16>;
     default: break;
   }
-  if constexpr (Tiles::kFiveBitAndMin) {
+  if constexpr (Tiles::kAllLayouts) {
     switch (layout) {
       case PackedLayout::Q4_1x16: return packed_gemm<Tiles, PackedLayout::Q4_1x16>;
       case PackedLayout::Q5_0x16: return packed_gemm<Tiles, PackedLayout::Q5_0x16>;
       case PackedLayout::Q5_1x16: return packed_gemm<Tiles, PackedLayout::Q5_1x16>;
       case PackedLayout::Q5_Kx16: return packed_gemm<Tiles, PackedLayout::Q5_Kx16>;
+      case PackedLayout::Q2_Kx16: return packed_gemm<Tiles, PackedLayout::Q2_Kx16>;
+      case PackedLayout::Q3_Kx16: return packed_gemm<Tiles, PackedLayout::Q3_Kx16>;
       default: break;
     }
   }

@@ -202,7 +202,7 @@ void tile_q6_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
 
 // The tiles of each layout, for the shared driver (gemm_driver.h).
 struct NeonTiles {
-  static constexpr bool kFiveBitAndMin = false;  // Q4_1, Q5_0, Q5_1, Q5_K: the row dots' scalar path on NEON
+  static constexpr bool kAllLayouts = false;  // Q4_0, Q8_0, Q4_K and Q6_K only: the others run the row dots' scalar path on NEON
   static constexpr int kTokens = 4;  // tokens per register tile
   static constexpr int64_t kGroupChunk = 4;  // row groups whose weights stay in cache while token tiles pass
   template <PackedLayout L, int T>

@@ -49,6 +49,20 @@ void write_high_bit_plane(uint8_t* out, const F& value) {
       out[i * 4 + j] = bits;
     }
 }
+// The crumb tile of 32 inputs for 16 rows: bits 2c of byte (v, row, j) = value(row, 16v + 4c + j) & 3.
+template <typename F>
+void write_crumb_tile(uint8_t* out, const F& value) {
+  for (int v = 0; v < 2; ++v)
+    for (int i = 0; i < PackedMatrix::kRows; ++i)
+      for (int j = 0; j < 4; ++j) {
+        uint8_t byte = 0;
+        for (int c = 0; c < 4; ++c) byte |= static_cast<uint8_t>((value(i, 16 * v + 4 * c + j) & 3) << (2 * c));
+        out[v * 64 + i * 4 + j] = byte;
+      }
+}
+int crumb_tile_value(const uint8_t* tile, int row, int k) {
+  return (tile[(k / 16) * 64 + row * 4 + k % 4] >> (2 * ((k % 16) / 4))) & 3;
+}
 // A 5-bit code from its nibble tile and high-bit plane.
 int five_bit_value(const uint8_t* tile, const uint8_t* plane, int row, int k) {
   return nibble_tile_value(tile, row, k) | (((plane[row * 4 + k % 4] >> (k / 4)) & 1) << 4);
@@ -66,6 +80,7 @@ constexpr LayoutInfo kIntegerLayouts[] = {
     {DType::Q4_1, PackedLayout::Q4_1x16, 32, 64 + 256},       {DType::Q5_0, PackedLayout::Q5_0x16, 32, 32 + 256 + 64},
     {DType::Q5_1, PackedLayout::Q5_1x16, 32, 64 + 256 + 64},  {DType::Q4_K, PackedLayout::Q4_Kx16, 256, 2304},
     {DType::Q5_K, PackedLayout::Q5_Kx16, 256, 2304 + 512},    {DType::Q6_K, PackedLayout::Q6_Kx16, 256, 3360},
+    {DType::Q2_K, PackedLayout::Q2_Kx16, 256, 64 + 256 + 8 * 128}, {DType::Q3_K, PackedLayout::Q3_Kx16, 256, 32 + 192 + 8 * 192},
 };
 const LayoutInfo* integer_layout(DType type) {
   for (const LayoutInfo& l : kIntegerLayouts)
@@ -73,7 +88,10 @@ const LayoutInfo* integer_layout(DType type) {
   return nullptr;
 }
 // Types whose packed kernels exist for AVX2 and AVX-512 only (NEON runs them through the row dots).
-bool x86_only(DType type) { return type == DType::Q4_1 || type == DType::Q5_0 || type == DType::Q5_1 || type == DType::Q5_K; }
+bool x86_only(DType type) {
+  return type == DType::Q4_1 || type == DType::Q5_0 || type == DType::Q5_1 || type == DType::Q5_K || type == DType::Q2_K ||
+         type == DType::Q3_K;
+}
 
 }  // namespace
 
@@ -142,6 +160,34 @@ std::optional<PackedMatrix> PackedMatrix::pack(const WeightMatrix& w, Isa isa) {
             const auto value = [&](int i, int k) { return codes[i][32 * j + k]; };
             write_nibble_tile(out + 256 + 256 * j, value);
             write_high_bit_plane(out + 2304 + 64 * j, value);
+          }
+          break;
+        }
+        case PackedLayout::Q2_Kx16: {
+          uint8_t codes[kRows][256];  // [row][input]
+          for (int i = 0; i < kRows; ++i) {
+            const auto* blk = reinterpret_cast<const BlockQ2_K*>(row_block(i));
+            halves[i] = blk->d;
+            halves[16 + i] = blk->dmin;
+            for (int s = 0; s < 16; ++s) out[64 + s * 16 + i] = blk->scales[s];
+            block_codes(DType::Q2_K, blk, codes[i]);
+          }
+          for (int j = 0; j < 8; ++j) write_crumb_tile(out + 320 + 128 * j, [&](int i, int k) { return codes[i][32 * j + k]; });
+          break;
+        }
+        case PackedLayout::Q3_Kx16: {
+          uint8_t codes[kRows][256];  // [row][input]
+          for (int i = 0; i < kRows; ++i) {
+            const auto* blk = reinterpret_cast<const BlockQ3_K*>(row_block(i));
+            halves[i] = blk->d;
+            for (int k = 0; k < 12; ++k) out[32 + k * 16 + i] = blk->scales[k];
+            block_codes(DType::Q3_K, blk, codes[i]);
+          }
+          for (int j = 0; j < 8; ++j) {
+            const auto value = [&](int i, int k) { return codes[i][32 * j + k]; };
+            write_crumb_tile(out + 224 + 192 * j, value);
+            // bit 2 of the 3-bit codes, in the plane's top-bit place (bit 4 of a 5-bit code)
+            write_high_bit_plane(out + 224 + 192 * j + 128, [&](int i, int k) { return value(i, k) << 2; });
           }
           break;
         }
@@ -228,6 +274,24 @@ void unpack_block_row(PackedLayout layout, const uint8_t* blk, int i, float* out
     case PackedLayout::Q8_0x16:
       for (int k = 0; k < 32; ++k) out[k] = fp16_to_fp32(halves[i]) * (blk[32 + k / 4 * 64 + i * 4 + k % 4] - 128);
       break;
+    case PackedLayout::Q2_Kx16:
+      for (int e = 0; e < 256; ++e) {
+        const uint8_t sc = blk[64 + (e / 16) * 16 + i];
+        out[e] = fp16_to_fp32(halves[i]) * (sc & 0xF) * crumb_tile_value(blk + 320 + 128 * (e / 32), i, e % 32) -
+                 fp16_to_fp32(halves[16 + i]) * (sc >> 4);
+      }
+      break;
+    case PackedLayout::Q3_Kx16: {
+      uint8_t scales[12];  // row i's 6-bit scales, as in the file
+      for (int k = 0; k < 12; ++k) scales[k] = blk[32 + k * 16 + i];
+      for (int e = 0; e < 256; ++e) {
+        const uint8_t* tile = blk + 224 + 192 * (e / 32);
+        const int k = e % 32;
+        const int q = crumb_tile_value(tile, i, k) | (((tile[128 + i * 4 + k % 4] >> (k / 4)) & 1) << 2);
+        out[e] = fp16_to_fp32(halves[i]) * static_cast<float>(q3_k_scale(e / 16, scales) - 32) * static_cast<float>(q - 4);
+      }
+      break;
+    }
     case PackedLayout::Q4_1x16:
       for (int k = 0; k < 32; ++k) out[k] = fp16_to_fp32(halves[i]) * nibble_tile_value(blk + 64, i, k) + fp16_to_fp32(halves[16 + i]);
       break;

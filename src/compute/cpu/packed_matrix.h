@@ -10,7 +10,8 @@
 //   Q4_0x16 (32 inputs):  fp16 d[16]; nibble tile (q in 0..15, w = d * (q - 8)).                  288 bytes
 //   Q8_0x16 (32 inputs):  fp16 d[16]; 8 x 64 bytes, byte (g, row, j) = q[4g+j] + 128 (w = d * q).  544 bytes
 //   Q4_1x16 (32 inputs):  fp16 d[16], fp16 m[16]; nibble tile (w = d * q + m).                      320 bytes
-//   "High-bit plane" of 32 inputs for 16 rows: 64 bytes, bit k of byte (row, j) = bit 4 of q[4k+j].
+//   "High-bit plane" of 32 inputs for 16 rows: 64 bytes, bit k of byte (row, j) = the top bit (bit 4 of a
+//   5-bit q, bit 2 of a 3-bit one) of q[4k+j].
 //   Q5_0x16 (32 inputs):  fp16 d[16]; nibble tile of the low 4 bits; high-bit plane (w = d * (q - 16)). 352 bytes
 //   Q5_1x16 (32 inputs):  fp16 d[16], fp16 m[16]; nibble tile; high-bit plane (w = d * q + m).       384 bytes
 //   Q4_Kx16 (256 inputs): fp16 d[16], fp16 dmin[16], u8 scales[12][16] (each row's 12 bytes of 6-bit
@@ -18,6 +19,13 @@
 //                         32-input sub-block (w = d * sc * q - dmin * m).                          2304 bytes
 //   Q5_Kx16 (256 inputs): Q4_Kx16's 2304 bytes (the low 4 bits), then a high-bit plane per 32-input
 //                         sub-block.                                                               2816 bytes
+//   "Crumb tile" of 32 inputs for 16 rows: 2 x 64 bytes, bits 2c of byte (v, row, j) = the 2-bit q[16v+4c+j].
+//   Q2_Kx16 (256 inputs): fp16 d[16], fp16 dmin[16], u8 scales[16][16] (the file's byte per sub-block of 16:
+//                         4-bit scale low, 4-bit min high), then a crumb tile per 32 inputs
+//                         (w = d * sc * q - dmin * m).                                             1344 bytes
+//   Q3_Kx16 (256 inputs): fp16 d[16], u8 scales[12][16] (each row's 12 bytes of 6-bit scales, as in the
+//                         file), then per 32 inputs a crumb tile of the low 2 bits and a high-bit plane
+//                         holding bit 2 (w = d * (sc - 32) * (q - 4)).                             1760 bytes
 //   Q6_Kx16 (256 inputs): fp16 d[16], i8 sc[16][16] (per 16 inputs), a nibble tile of the low 4 bits per
 //                         32 inputs, then per 32 inputs 2 x 64 bytes of high 2-bit pairs: byte (h, row, j)
 //                         holds k-groups h, h+2, h+4, h+6 at bits 0, 2, 4, 6 (w = d * sc * (q - 32)). 3360 bytes
@@ -38,7 +46,9 @@
 
 namespace kestrel {
 
-enum class PackedLayout { Q4_0x16, Q8_0x16, Q4_Kx16, Q6_Kx16, BF16x16, F16Fma16, BF16Fma16, Q4_1x16, Q5_0x16, Q5_1x16, Q5_Kx16 };
+enum class PackedLayout {
+  Q4_0x16, Q8_0x16, Q4_Kx16, Q6_Kx16, BF16x16, F16Fma16, BF16Fma16, Q4_1x16, Q5_0x16, Q5_1x16, Q5_Kx16, Q2_Kx16, Q3_Kx16
+};
 
 // Whether the layout is multiplied by 8-bit activation blocks (PackedGemmFn).
 inline bool packed_layout_is_integer(PackedLayout l) {
@@ -46,7 +56,14 @@ inline bool packed_layout_is_integer(PackedLayout l) {
 }
 // Inputs per packed block: 256 for the K-quant layouts, else 32.
 constexpr int packed_block_inputs(PackedLayout l) {
-  return l == PackedLayout::Q4_Kx16 || l == PackedLayout::Q5_Kx16 || l == PackedLayout::Q6_Kx16 ? 256 : 32;
+  switch (l) {
+    case PackedLayout::Q2_Kx16:
+    case PackedLayout::Q3_Kx16:
+    case PackedLayout::Q4_Kx16:
+    case PackedLayout::Q5_Kx16:
+    case PackedLayout::Q6_Kx16: return 256;
+    default: return 32;
+  }
 }
 
 // Plain data a kernel needs (the ISA-specific files use only this, no inline library code, so nothing

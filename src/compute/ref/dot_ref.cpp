@@ -60,6 +60,8 @@ DotQ8Fn dot_q8_kernel_scalar(DType type) {
     case DType::Q4_1: return dot_q8_scalar<DType::Q4_1>;
     case DType::Q5_0: return dot_q8_scalar<DType::Q5_0>;
     case DType::Q5_1: return dot_q8_scalar<DType::Q5_1>;
+    case DType::Q2_K: return dot_q8_scalar<DType::Q2_K>;
+    case DType::Q3_K: return dot_q8_scalar<DType::Q3_K>;
     case DType::Q4_K: return dot_q8_scalar<DType::Q4_K>;
     case DType::Q5_K: return dot_q8_scalar<DType::Q5_K>;
     case DType::Q6_K: return dot_q8_scalar<DType::Q6_K>;
@@ -78,6 +80,8 @@ DotFn dot_kernel_scalar(DType type) {
     case DType::Q4_1: return dot_blocks_scalar<DType::Q4_1>;
     case DType::Q5_0: return dot_blocks_scalar<DType::Q5_0>;
     case DType::Q5_1: return dot_blocks_scalar<DType::Q5_1>;
+    case DType::Q2_K: return dot_blocks_scalar<DType::Q2_K>;
+    case DType::Q3_K: return dot_blocks_scalar<DType::Q3_K>;
     case DType::Q4_K: return dot_blocks_scalar<DType::Q4_K>;
     case DType::Q5_K: return dot_blocks_scalar<DType::Q5_K>;
     case DType::Q6_K: return dot_blocks_scalar<DType::Q6_K>;

@@ -89,6 +89,8 @@ PackedGemmFn packed_gemm_reference(PackedLayout layout) {
     case PackedLayout::Q5_0x16: return reference<PackedLayout::Q5_0x16>;
     case PackedLayout::Q5_1x16: return reference<PackedLayout::Q5_1x16>;
     case PackedLayout::Q5_Kx16: return reference<PackedLayout::Q5_Kx16>;
+    case PackedLayout::Q2_Kx16: return reference<PackedLayout::Q2_Kx16>;
+    case PackedLayout::Q3_Kx16: return reference<PackedLayout::Q3_Kx16>;
   }
   return nullptr;
 }
