@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "model/tensor_conversion.h"
 #include "quant/quantize.h"
 
 namespace kestrel {
@@ -19,7 +20,7 @@ class Folder {
     if (auto it = fold_.tensors.find(name); it != fold_.tensors.end()) return &it->second;
     const TensorView* t = file_.find_tensor(name);
     if (!t) return nullptr;
-    if (t->type != DType::F32 && t->type != DType::F16 && t->type != DType::BF16) {
+    if (!is_float_type(t->type)) {
       error_ = "AWQ: tensor '" + name + "' is " + dtype_name(t->type) + ", not a float type";
       return nullptr;
     }
@@ -79,11 +80,10 @@ class Folder {
     const std::string p = "blk." + std::to_string(i) + ".";
     // attn_output <- attn_v: output channel h*hd + d of the attention reads V channel g(h)*hd + d.
     if (const TensorView* o = file_.find_tensor(p + "attn_output.weight"); o && n_head > 0 && n_kv_head > 0 && n_head % n_kv_head == 0) {
-      const int64_t hd = o->ne[0] / n_head, per_group = n_head / n_kv_head;
+      const int64_t hd = o->ne[0] / n_head;
       const TensorView* v = file_.find_tensor(p + "attn_v.weight");
       if (v && v->n_dims == 2 && v->ne[1] == n_kv_head * hd && o->ne[0] == n_head * hd) {
-        std::vector<int64_t> tie(static_cast<size_t>(o->ne[0]));
-        for (int64_t c = 0; c < o->ne[0]; ++c) tie[static_cast<size_t>(c)] = (c / hd / per_group) * hd + c % hd;
+        const std::vector<int64_t> tie = attention_output_tie(n_head, n_kv_head, hd);
         group(p + "attn_output", {p + "attn_output.weight"}, tie, [&](const std::vector<float>& s) {
           std::vector<float> sv(static_cast<size_t>(n_kv_head * hd));
           for (int64_t c = 0; c < o->ne[0]; ++c) sv[static_cast<size_t>(tie[static_cast<size_t>(c)])] = s[static_cast<size_t>(c)];
@@ -131,16 +131,10 @@ class Folder {
 Result<AwqFold> awq_fold(const GgufFile& file, const HessianSet& hessians,
                          const std::function<std::optional<DType>(const std::string&)>& target, const AwqOptions& options,
                          ThreadPool& pool) {
-  const auto arch = file.get_string("general.architecture");
-  const std::string prefix = arch.ok() && arch.value() ? *arch.value() + "." : std::string();
-  const auto int_of = [&](const std::string& key) {
-    const auto v = file.get_int(prefix + key);
-    return v.ok() && v.value() ? *v.value() : int64_t{0};
-  };
-  const int64_t n_head = int_of("attention.head_count");
-  const int64_t n_kv_head = int_of("attention.head_count_kv") ? int_of("attention.head_count_kv") : n_head;
+  const int64_t n_head = arch_metadata_int(file, "attention.head_count");
+  const int64_t n_kv_head = arch_metadata_int(file, "attention.head_count_kv") ? arch_metadata_int(file, "attention.head_count_kv") : n_head;
   Folder folder(file, hessians, target, options, pool);
-  for (int64_t i = 0; i < int_of("block_count"); ++i) folder.layer(static_cast<int>(i), n_head, n_kv_head);
+  for (int64_t i = 0; i < arch_metadata_int(file, "block_count"); ++i) folder.layer(static_cast<int>(i), n_head, n_kv_head);
   folder.output();
   return folder.finish();
 }

@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "io/gguf.h"
+#include "model/tensor_conversion.h"
 #include "model/w8a8_quantizer.h"
 #include "quant/block_grid.h"
 #include "quant/importance_quantize.h"
@@ -14,54 +15,6 @@
 
 namespace kestrel {
 namespace {
-
-bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
-
-// The facts the rules need, from the file's metadata.
-QuantModelFacts model_facts(const GgufFile& file) {
-  QuantModelFacts facts;
-  const auto arch = file.get_string("general.architecture");
-  const std::string prefix = arch.ok() && arch.value() ? *arch.value() + "." : std::string();
-  if (auto n = file.get_int(prefix + "block_count"); n.ok() && n.value()) facts.n_layers = static_cast<int>(*n.value());
-  if (auto n = file.get_int(prefix + "expert_count"); n.ok() && n.value()) facts.n_expert = static_cast<int>(*n.value());
-  facts.has_output = file.find_tensor("output.weight") != nullptr;
-  const auto heads = file.get_int(prefix + "attention.head_count"), kv_heads = file.get_int(prefix + "attention.head_count_kv");
-  if (heads.ok() && heads.value() && kv_heads.ok() && kv_heads.value() && *kv_heads.value() > 0)
-    facts.n_gqa = static_cast<int>(*heads.value() / *kv_heads.value());
-  return facts;
-}
-
-// The float rows a tensor is converted from: the file's, or new contents (an AWQ fold).
-struct SourceRows {
-  const TensorView& t;
-  const std::vector<float>* replaced = nullptr;  // [n_elements] or null
-  void row(int64_t r, float* dst) const {
-    const size_t n = static_cast<size_t>(t.ne[0]);
-    if (replaced) std::copy_n(replaced->data() + static_cast<size_t>(r) * n, n, dst);
-    else dequantize_row(t.type, t.row(r), dst, n);
-  }
-};
-
-// Converts every row of src to `to` into out, on the pool: each row by quantize_row_weighted with its
-// slice's importance where `importance` is given; without one, K-quants by the same search with equal
-// weights (as llama.cpp's reference K-quantizers search each sub-block's scale and offset) and the
-// 32-block types by quantize_row.
-void convert_rows(const SourceRows& src, DType to, uint8_t* out, const ImportanceMatrix* importance, ThreadPool& pool) {
-  const TensorView& t = src.t;
-  const size_t n = static_cast<size_t>(t.ne[0]), out_row = row_bytes(to, n);
-  pool.parallel_for_dynamic(static_cast<size_t>(t.n_rows()), 1, [&](size_t begin, size_t end, int) {
-    std::vector<float> x(n);  // [n] a source row
-    for (size_t r = begin; r < end; ++r) {
-      src.row(static_cast<int64_t>(r), x.data());
-      if (importance)
-        quantize_row_weighted(to, x.data(), out + r * out_row, n, importance->find(t.name, static_cast<int64_t>(r) / t.ne[1]));
-      else if (dtype_traits(to).block_elems == kQK_K)  // the K-quants
-        quantize_row_weighted(to, x.data(), out + r * out_row, n, nullptr);
-      else
-        quantize_row(to, x.data(), out + r * out_row, n);
-    }
-  });
-}
 
 // AWQ's scaled matrices: the clip search on the groups' Hessians where the fold has them, else the
 // importance search with the scaled inputs' importance.
@@ -104,26 +57,6 @@ Status convert_gptq(const SourceRows& src, DType to, uint8_t* out, const Hessian
   return Status{};
 }
 
-// RMS of (converted - source) / RMS of source over all rows.
-double relative_error(const SourceRows& src, DType to, const uint8_t* out, ThreadPool& pool) {
-  const size_t n = static_cast<size_t>(src.t.ne[0]), out_row = row_bytes(to, n);
-  std::vector<double> err(static_cast<size_t>(pool.n_threads()), 0.0), ref(err.size(), 0.0);  // [threads]
-  pool.parallel_for_dynamic(static_cast<size_t>(src.t.n_rows()), 1, [&](size_t begin, size_t end, int thread) {
-    std::vector<float> x(n), back(n);  // [n] a source row, and the converted row decoded again
-    for (size_t r = begin; r < end; ++r) {
-      src.row(static_cast<int64_t>(r), x.data());
-      dequantize_row(to, out + r * out_row, back.data(), n);
-      for (size_t i = 0; i < n; ++i) {
-        err[static_cast<size_t>(thread)] += (back[i] - x[i]) * static_cast<double>(back[i] - x[i]);
-        ref[static_cast<size_t>(thread)] += x[i] * static_cast<double>(x[i]);
-      }
-    }
-  });
-  double e = 0, s = 0;
-  for (size_t i = 0; i < err.size(); ++i) e += err[i], s += ref[i];
-  return s > 0 ? std::sqrt(e / s) : 0.0;
-}
-
 }  // namespace
 
 const char* quant_method_name(QuantMethod method) {
@@ -145,21 +78,19 @@ Result<QuantizeReport> quantize_model(const QuantizeOptions& options, ThreadPool
   auto opened = GgufFile::open(options.input);
   if (!opened.ok()) return Error{opened.error()};
   const GgufFile& in = opened.value();
-  const QuantModelFacts facts = model_facts(in);
+  const QuantModelFacts facts = quant_model_facts(in);
   const bool needs_hessians = options.method == QuantMethod::Gptq || options.method == QuantMethod::Awq;
   if ((needs_hessians && !options.hessians) || (options.method == QuantMethod::Importance && !options.importance))
     return Error{std::string("quantizing by ") + quant_method_name(options.method) + " needs calibration data"};
 
   QuantizeReport report;
   GgufWriter w;
-  for (const std::string& key : in.keys()) w.set_value(key, *in.find(key));
-  w.set_u32("general.file_type", options.scheme.file_type);
-  w.set_u32("general.quantization_version", 2);  // the block layouts of ggml's current quantization
+  copy_metadata_for_quantized(in, w, options.scheme.file_type);
   for (const TensorView& t : in.tensors()) {
     std::vector<int64_t> dims(t.ne.begin(), t.ne.begin() + t.n_dims);
     TensorQuantReport r{t.name, t.shape_string(), t.type, t.type, t.n_bytes, t.n_bytes, false, QuantMethod::Copy, 0.0};
     if (const auto to = quant_tensor_type(options.scheme, options.pure, t.name, dims, facts); to && *to != t.type) {
-      if (!is_float(t.type))
+      if (!is_float_type(t.type))
         return Error{"tensor '" + t.name + "' is already " + dtype_name(t.type) + ": quantizing it to " + dtype_name(*to) +
                      " would compound the error; start from an F32, F16 or BF16 file"};
       r.to = *to;

@@ -7,6 +7,7 @@
 
 #include "core/fp16.h"
 #include "io/gguf.h"
+#include "model/tensor_conversion.h"
 #include "quant/quantize.h"
 #include "quant/w8a8.h"
 
@@ -20,10 +21,8 @@ constexpr const char* kInt8Projections[] = {"attn_q",    "attn_k",   "attn_v",  
 
 constexpr size_t kMaxOutlierShare = 32;  // at most 1/32 of a matrix's input channels stay in float
 
-bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
-
 bool is_int8_target(const TensorView& t) {
-  if (t.n_dims != 2 || !is_float(t.type) || t.name.rfind("blk.", 0) != 0) return false;
+  if (t.n_dims != 2 || !is_float_type(t.type) || t.name.rfind("blk.", 0) != 0) return false;
   for (const char* p : kInt8Projections)
     if (t.name.ends_with(std::string(".") + p + ".weight")) return true;
   return false;
@@ -45,13 +44,6 @@ struct SmoothGroup {
   std::vector<int64_t> tie;          // [n_in] input channel -> producer channel; empty: the same
 };
 
-int64_t metadata_int(const GgufFile& in, const std::string& key) {
-  const auto arch = in.get_string("general.architecture");
-  if (!arch.ok() || !arch.value()) return 0;
-  const auto v = in.get_int(*arch.value() + "." + key);
-  return v.ok() && v.value() ? *v.value() : 0;
-}
-
 // Per layer: attn_norm -> q/k/v (or MLA's down projections); ffn_norm -> gate/up (dense layers);
 // attn_v's rows -> attn_output (the attention output is linear in V; the heads of a KV group share V's
 // rows, so their channels share factors); ffn_up's rows -> ffn_down (silu(gate) * up is linear in up).
@@ -64,8 +56,8 @@ std::vector<SmoothGroup> smooth_groups(const GgufFile& in, const std::set<std::s
       if (!in.find_tensor(d)) return;
     if (!g.matrices.empty()) groups.push_back(std::move(g));
   };
-  const int64_t n_head = metadata_int(in, "attention.head_count");
-  const int64_t n_kv_head = metadata_int(in, "attention.head_count_kv") ? metadata_int(in, "attention.head_count_kv") : n_head;
+  const int64_t n_head = arch_metadata_int(in, "attention.head_count");
+  const int64_t n_kv_head = arch_metadata_int(in, "attention.head_count_kv") ? arch_metadata_int(in, "attention.head_count_kv") : n_head;
   for (int il = 0; in.find_tensor("blk." + std::to_string(il) + ".attn_norm.weight"); ++il) {
     const std::string p = "blk." + std::to_string(il) + ".";
     SmoothGroup attn{{p + "attn_norm.weight"}, {}, {}};
@@ -78,11 +70,10 @@ std::vector<SmoothGroup> smooth_groups(const GgufFile& in, const std::set<std::s
     const TensorView* o = in.find_tensor(p + "attn_output.weight");
     const TensorView* v = in.find_tensor(p + "attn_v.weight");
     if (o && v && n_head > 0 && n_kv_head > 0 && n_head % n_kv_head == 0 && o->ne[0] % n_head == 0) {
-      const int64_t hd = o->ne[0] / n_head, per_group = n_head / n_kv_head;
+      const int64_t hd = o->ne[0] / n_head;
       if (v->n_dims != 2 || v->ne[1] != n_kv_head * hd) continue;
-      SmoothGroup vo{{p + "attn_v.weight"}, {p + "attn_output.weight"}, std::vector<int64_t>(static_cast<size_t>(o->ne[0]))};
+      SmoothGroup vo{{p + "attn_v.weight"}, {p + "attn_output.weight"}, attention_output_tie(n_head, n_kv_head, hd)};
       if (in.find_tensor(p + "attn_v.bias")) vo.divided.push_back(p + "attn_v.bias");
-      for (int64_t c = 0; c < o->ne[0]; ++c) vo.tie[static_cast<size_t>(c)] = (c / hd / per_group) * hd + c % hd;
       add(vo);
     }
   }
@@ -93,26 +84,6 @@ std::vector<SmoothGroup> smooth_groups(const GgufFile& in, const std::set<std::s
 struct Int8Plan {
   std::vector<int32_t> outliers;  // [k] ascending
   float input_scale = 0.0f;       // static scale, or 0
-};
-
-// Sums of squared conversion error and of squared source, per thread: the relative RMS error of a tensor.
-class ErrorSums {
- public:
-  explicit ErrorSums(int n_threads) : err_(static_cast<size_t>(n_threads), 0.0), ref_(err_.size(), 0.0) {}
-  void add(int thread, const float* source, const float* back, size_t n) {
-    for (size_t i = 0; i < n; ++i) {
-      err_[static_cast<size_t>(thread)] += (back[i] - source[i]) * static_cast<double>(back[i] - source[i]);
-      ref_[static_cast<size_t>(thread)] += source[i] * static_cast<double>(source[i]);
-    }
-  }
-  double relative() const {
-    double e = 0, s = 0;
-    for (size_t i = 0; i < err_.size(); ++i) e += err_[i], s += ref_[i];
-    return s > 0 ? std::sqrt(e / s) : 0.0;
-  }
-
- private:
-  std::vector<double> err_, ref_;  // [threads]
 };
 
 // How a tensor of the written file is produced.
@@ -181,29 +152,30 @@ Result<QuantizeReport> quantize_model_w8a8(const QuantizeOptions& options, Threa
   }
 
   const auto q8 = find_quant_scheme("Q8_0");
-  QuantModelFacts facts;
-  facts.has_output = in.find_tensor("output.weight") != nullptr;
+  const QuantModelFacts facts = quant_model_facts(in);
   GgufWriter w;
-  for (const std::string& key : in.keys()) w.set_value(key, *in.find(key));
-  w.set_u32("general.file_type", options.scheme.file_type);
-  w.set_u32("general.quantization_version", 2);
+  copy_metadata_for_quantized(in, w, options.scheme.file_type);
   struct Out {
     const TensorView* src;
     Part part;
   };
   std::vector<Out> outs;  // [written tensors]
+  // One written tensor; `converted`: its bytes count among the converted weights' (an int8 matrix's scales
+  // and outlier columns count with it in the bits per weight).
   const auto add = [&](const TensorView& t, Part part, const std::string& name, DType type, std::vector<int64_t> dims,
-                       QuantMethod method) {
+                       QuantMethod method, bool converted) {
     const size_t index = w.add_tensor(name, type, dims);
-    TensorQuantReport r{name, "", part == Part::Copy || part == Part::Convert || part == Part::Int8 ? t.type : type, type,
-                        part == Part::Copy || part == Part::Convert || part == Part::Int8 ? t.n_bytes : 0,
-                        w.tensor_bytes(index), method != QuantMethod::Copy, method, 0.0};
+    const bool from_source = part == Part::Copy || part == Part::Convert || part == Part::Int8;  // else a companion
+    TensorQuantReport r{name, "", from_source ? t.type : type, type, from_source ? t.n_bytes : 0, w.tensor_bytes(index),
+                        method != QuantMethod::Copy, method, 0.0};
     TensorView shaped;
     shaped.n_dims = static_cast<int>(dims.size());
     std::copy(dims.begin(), dims.end(), shaped.ne.begin());
     r.shape = shaped.shape_string();
     report.bytes_in += r.bytes_in;
     report.bytes_out += r.bytes_out;
+    if (converted) report.converted_bytes_out += r.bytes_out;
+    if (part == Part::Int8 || part == Part::Convert) report.converted_weights += t.n_elements();
     report.tensors.push_back(r);
     outs.push_back({&t, part});
   };
@@ -213,30 +185,23 @@ Result<QuantizeReport> quantize_model_w8a8(const QuantizeOptions& options, Threa
     if (int8.count(t.name)) {
       const Int8Plan& p = plans[t.name];
       const std::string base = t.name.substr(0, t.name.size() - 7);  // without ".weight"
-      add(t, Part::Int8, t.name, DType::I8, dims, int8_method);
-      report.converted_weights += t.n_elements();
-      report.converted_bytes_out += report.tensors.back().bytes_out;
-      add(t, Part::RowScale, base + ".weight_scale", DType::F32, {t.ne[1]}, QuantMethod::Copy);
-      if (options.static_scales) add(t, Part::InputScale, base + ".input_scale", DType::F32, {1}, QuantMethod::Copy);
+      add(t, Part::Int8, t.name, DType::I8, dims, int8_method, true);
+      add(t, Part::RowScale, base + ".weight_scale", DType::F32, {t.ne[1]}, QuantMethod::Copy, true);
+      if (options.static_scales) add(t, Part::InputScale, base + ".input_scale", DType::F32, {1}, QuantMethod::Copy, true);
       if (!p.outliers.empty()) {
         const auto k = static_cast<int64_t>(p.outliers.size());
-        add(t, Part::OutlierChannels, base + ".outlier_channels", DType::I32, {k}, QuantMethod::Copy);
-        add(t, Part::OutlierWeight, base + ".outlier_weight", DType::F16, {k, t.ne[1]}, QuantMethod::Copy);
+        add(t, Part::OutlierChannels, base + ".outlier_channels", DType::I32, {k}, QuantMethod::Copy, true);
+        add(t, Part::OutlierWeight, base + ".outlier_weight", DType::F16, {k, t.ne[1]}, QuantMethod::Copy, true);
       }
-      for (size_t i = report.tensors.size() - (p.outliers.empty() ? 1 : 3) - (options.static_scales ? 1 : 0);
-           i < report.tensors.size(); ++i)
-        report.converted_bytes_out += report.tensors[i].bytes_out;  // the scales count in the bits per weight
       continue;
     }
     const auto to = quant_tensor_type(*q8, false, t.name, dims, facts);
     if (to && *to != t.type) {
-      if (!is_float(t.type))
+      if (!is_float_type(t.type))
         return Error{"tensor '" + t.name + "' is already " + dtype_name(t.type) + ": start from an F32, F16 or BF16 file"};
-      add(t, Part::Convert, t.name, *to, dims, QuantMethod::RoundToNearest);
-      report.converted_weights += t.n_elements();
-      report.converted_bytes_out += report.tensors.back().bytes_out;
+      add(t, Part::Convert, t.name, *to, dims, QuantMethod::RoundToNearest, true);
     } else {
-      add(t, Part::Copy, t.name, t.type, dims, QuantMethod::Copy);
+      add(t, Part::Copy, t.name, t.type, dims, QuantMethod::Copy, false);
     }
   }
 
@@ -251,32 +216,17 @@ Result<QuantizeReport> quantize_model_w8a8(const QuantizeOptions& options, Threa
         const TensorView& t = *outs[i].src;
         TensorQuantReport& r = report.tensors[i];
         const auto source = replaced.find(t.name);
-        const std::vector<float>* contents = source == replaced.end() ? nullptr : &source->second;
+        const SourceRows src{t, source == replaced.end() ? nullptr : &source->second};
         const size_t n = static_cast<size_t>(t.ne[0]), rows = static_cast<size_t>(t.n_rows());
-        const auto source_row = [&](size_t row, float* dst) {
-          if (contents) std::copy_n(contents->data() + row * n, n, dst);
-          else dequantize_row(t.type, t.row(static_cast<int64_t>(row)), dst, n);
-        };
         switch (outs[i].part) {
           case Part::Copy:
-            if (contents) quantize_row(t.type, contents->data(), bytes.data(), contents->size());  // a folded norm weight
+            if (src.replaced) convert_rows(src, t.type, bytes.data(), nullptr, pool);  // a folded norm weight
             else std::memcpy(bytes.data(), t.data, t.n_bytes);
             break;
-          case Part::Convert: {
-            ErrorSums error(pool.n_threads());
-            pool.parallel_for_dynamic(rows, 1, [&](size_t begin, size_t end, int thread) {
-              std::vector<float> x(n), back(n);  // [n] a source row, and its converted row decoded again
-              for (size_t row = begin; row < end; ++row) {
-                source_row(row, x.data());
-                uint8_t* dst = bytes.data() + row * row_bytes(r.to, n);
-                quantize_row(r.to, x.data(), dst, n);
-                dequantize_row(r.to, dst, back.data(), n);
-                error.add(thread, x.data(), back.data(), n);
-              }
-            });
-            r.rel_error = error.relative();
+          case Part::Convert:
+            convert_rows(src, r.to, bytes.data(), nullptr, pool);
+            r.rel_error = relative_error(src, r.to, bytes.data(), pool);
             break;
-          }
           case Part::Int8: {
             const Int8Plan& p = plans[t.name];
             const size_t k = p.outliers.size();
@@ -286,7 +236,7 @@ Result<QuantizeReport> quantize_model_w8a8(const QuantizeOptions& options, Threa
             pool.parallel_for_dynamic(rows, 1, [&](size_t begin, size_t end, int thread) {
               std::vector<float> x(n), back(n);  // [n] a source row, and its int8 row decoded again
               for (size_t row = begin; row < end; ++row) {
-                source_row(row, x.data());
+                src.row(static_cast<int64_t>(row), x.data());
                 auto* q = reinterpret_cast<int8_t*>(bytes.data()) + row * n;
                 last.row_scale[row] = quantize_int8_row(x.data(), n, p.outliers, q, last.outlier_weight.data() + row * k);
                 for (size_t j = 0; j < n; ++j) back[j] = q[j] * last.row_scale[row];
