@@ -13,6 +13,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include "compute/cpu/prefetch.h"
 
 namespace kestrel {
 
@@ -93,7 +94,7 @@ class AheadPrefetch {
   void step() {
     due_ += lines_per_step_;
     for (; done_ < static_cast<int>(due_ >> 16) && region_ < n_regions_; ++done_) {
-      __builtin_prefetch(regions_[region_] + 64 * line_, 0, 3);
+      prefetch_line(regions_[region_] + 64 * line_);
       if (++line_ == region_lines_) line_ = 0, ++region_;
     }
   }

@@ -1,9 +1,11 @@
-// Software prefetch for the packed GEMM kernels, shared by every ISA's file (the compiler's prefetch
-// builtin: prefetcht0 on x86, prfm pldl1keep on AArch64). Internal linkage.
+// Software prefetch for the packed GEMM kernels, shared by every ISA's file (prefetch_line: prefetcht0 on
+// x86, prfm pldl1keep on AArch64). Internal linkage.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+
+#include "compute/cpu/prefetch.h"
 
 // Fully unrolls the loop that follows (the token loops of the register tiles): with the loop left rolled,
 // GCC keeps the accumulator arrays in memory and the tiles run at the store port's pace (measured: the
@@ -24,7 +26,7 @@ inline const uint8_t* block_ahead(const uint8_t* blk, size_t b, size_t ahead, si
 // Every line of one block (null: nothing).
 inline void prefetch_block(const uint8_t* block, size_t block_bytes) {
   if (!block) return;
-  for (size_t off = 0; off < block_bytes; off += 64) __builtin_prefetch(block + off);
+  for (size_t off = 0; off < block_bytes; off += 64) prefetch_line(block + off);
 }
 
 // Part `part` of `n_parts` of a block's lines (null: nothing). Super-blocks are large (2304 / 3360 bytes for
@@ -33,7 +35,7 @@ inline void prefetch_block(const uint8_t* block, size_t block_bytes) {
 inline void prefetch_block_part(const uint8_t* block, size_t block_bytes, int part, int n_parts) {
   if (!block) return;
   const size_t lines = (block_bytes + 63) / 64, begin = lines * part / n_parts, end = lines * (part + 1) / n_parts;
-  for (size_t line = begin; line < end; ++line) __builtin_prefetch(block + 64 * line);
+  for (size_t line = begin; line < end; ++line) prefetch_line(block + 64 * line);
 }
 inline void prefetch_superblock_part(const uint8_t* block, size_t block_bytes, int part) {
   prefetch_block_part(block, block_bytes, part, 8);

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "compute/cpu/int8_dot_rows.h"
+#include "compute/cpu/prefetch.h"
 
 namespace kestrel {
 namespace {
@@ -28,7 +29,7 @@ void RowDot<NT>::dot(const int8_t* w, const int8_t* x, size_t x_stride, size_t n
   const __m256i ones = _mm256_set1_epi16(1);
   size_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    if (prefetch && i % 64 == 0) __builtin_prefetch(prefetch + i);
+    if (prefetch && i % 64 == 0) prefetch_line(prefetch + i);
     const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i));
     const __m256i w_abs = _mm256_abs_epi8(wv);
     for (int t = 0; t < NT; ++t) {

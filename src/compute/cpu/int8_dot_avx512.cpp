@@ -6,6 +6,7 @@
 #include <immintrin.h>
 
 #include "compute/cpu/int8_dot.h"
+#include "compute/cpu/prefetch.h"
 
 namespace kestrel {
 namespace {
@@ -31,7 +32,7 @@ void dot_tile(const int8_t* w, size_t w_stride, const int8_t* x, size_t x_stride
   size_t i = 0;
   for (; i + 64 <= n; i += 64) {
     if (prefetch)
-      for (int r = 0; r < NR; ++r) __builtin_prefetch(prefetch + r * w_stride + i);
+      for (int r = 0; r < NR; ++r) prefetch_line(prefetch + r * w_stride + i);
     step([&](const int8_t* p) { return _mm512_loadu_si512(p + i); });
   }
   if (i < n) {

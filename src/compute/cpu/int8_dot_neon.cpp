@@ -2,6 +2,7 @@
 #include <arm_neon.h>
 
 #include "compute/cpu/int8_dot_rows.h"
+#include "compute/cpu/prefetch.h"
 
 namespace kestrel {
 namespace {
@@ -17,7 +18,7 @@ void RowDot<NT>::dot(const int8_t* w, const int8_t* x, size_t x_stride, size_t n
   for (int t = 0; t < NT; ++t) acc[t] = vdupq_n_s32(0);
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    if (prefetch && i % 64 == 0) __builtin_prefetch(prefetch + i);
+    if (prefetch && i % 64 == 0) prefetch_line(prefetch + i);
     const int8x16_t wv = vld1q_s8(w + i);
     for (int t = 0; t < NT; ++t) acc[t] = vdotq_s32(acc[t], wv, vld1q_s8(x + t * x_stride + i));
   }

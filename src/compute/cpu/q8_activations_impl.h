@@ -6,6 +6,7 @@
 #include <cstddef>
 
 #include "compute/cpu/q8_activations.h"
+#include "compute/cpu/prefetch.h"
 
 namespace kestrel {
 namespace {
@@ -44,7 +45,7 @@ void quantize_norm_q8a_impl(const float* x, const float* weight, float eps, Bloc
   // Sum of squares as ops::rmsnorm: in double, lane k summing x[i] for i = k mod 8 in order.
   // The norm weights were last read a whole decode step ago: request them now, so they arrive while the
   // sum of squares runs instead of one stall after another in the quantizing loop.
-  for (size_t i = 0; i < n; i += 16) __builtin_prefetch(weight + i);
+  for (size_t i = 0; i < n; i += 16) prefetch_line(weight + i);
   double p[8] = {};
   V::sum_squares8(x, n, p);
   const double ss = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
