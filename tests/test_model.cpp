@@ -159,5 +159,34 @@ TEST(Generator, ContextOverflowAndBadTokensAreErrors) {
   std::filesystem::remove(path);
 }
 
+TEST(MakeModel, FanInInitScalesEachMatrixByItsRowLength) {
+  MakeModelOptions options;
+  options.shape.n_layers = 1;
+  options.shape.n_embd = 256;
+  options.shape.n_ff = 1024;
+  options.fan_in_init = true;
+  const std::string path = make(options, "fan-in");
+  auto file = GgufFile::open(path);
+  ASSERT_TRUE(file.ok());
+  int n_checked = 0;
+  for (const TensorView& t : file->tensors()) {
+    ASSERT_EQ(t.type, DType::F32) << t.name;
+    const auto* x = reinterpret_cast<const float*>(t.data);
+    const size_t n = t.n_bytes / sizeof(float);
+    double sum = 0, sum2 = 0;
+    for (size_t i = 0; i < n; ++i) sum += x[i], sum2 += static_cast<double>(x[i]) * x[i];
+    const double mean = sum / static_cast<double>(n), stddev = std::sqrt(sum2 / static_cast<double>(n) - mean * mean);
+    if (t.n_dims == 1) {  // norms: around 1, spread 0.1
+      EXPECT_NEAR(mean, 1.0, 0.05) << t.name;
+      continue;
+    }
+    const double expected = 1.0 / std::sqrt(static_cast<double>(t.ne[0]));  // ffn_down: 1/32, the rest 1/16
+    EXPECT_NEAR(stddev, expected, 0.05 * expected) << t.name;
+    ++n_checked;
+  }
+  EXPECT_GE(n_checked, 9);  // token_embd, output, q, k, v, attn_output, gate, up, down
+  std::filesystem::remove(path);
+}
+
 }  // namespace
 }  // namespace kestrel

@@ -44,6 +44,9 @@ void add_make_model(CLI::App& app, Action& run) {
       ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--outlier-scale", a->options.outlier_scale, "Norm-weight factor of the outlier channels")
       ->check(CLI::Range(1.0, 1e4));
+  cmd->add_flag("--fan-in-init", a->options.fan_in_init,
+                "Matrices' random values with standard deviation 1/sqrt(row length) instead of 0.05: wide, deep "
+                "models stop being chaotic, so quantization errors stay measurable");
   cmd->callback([&run, a, cmd] {
     run = [a, cmd] {
       if (!a->preset.empty()) {

@@ -249,6 +249,7 @@ Status make_model(const MakeModelOptions& options, const std::string& path,
   return w.write(path, [&](size_t index, std::vector<uint8_t>& bytes) {
     const TensorPlan& t = plan[index];
     const int64_t n_in = t.dims[0];
+    const float matrix_std = options.fan_in_init ? 1.0f / std::sqrt(static_cast<float>(n_in)) : 0.05f;
     const size_t row_size = row_bytes(t.type, static_cast<size_t>(n_in));
     const size_t n_rows = bytes.size() / row_size;
     std::vector<std::thread> workers;
@@ -257,7 +258,7 @@ Status make_model(const MakeModelOptions& options, const std::string& path,
         std::vector<float> row(static_cast<size_t>(n_in));  // [n_in]
         for (size_t r = th; r < n_rows; r += n_threads) {
           const uint64_t stream = options.seed * 0x100000001B3ull ^ name_key(t.name) ^ (r * 0x9E3779B97F4A7C15ull);
-          fill_normal(row.data(), row.size(), stream, t.is_norm ? 1.0f : 0.0f, t.is_norm ? 0.1f : 0.05f * t.scale);
+          fill_normal(row.data(), row.size(), stream, t.is_norm ? 1.0f : 0.0f, t.is_norm ? 0.1f : matrix_std * t.scale);
           if (t.outliers)
             for (int c : outliers) row[static_cast<size_t>(c)] *= options.outlier_scale;
           quantize_row(t.type, row.data(), bytes.data() + r * row_size, row.size());

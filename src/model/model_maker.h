@@ -44,6 +44,12 @@ struct MakeModelOptions {
   // ffn_norm, so every matrix that reads a normalised input sees those channels that much larger.
   int outlier_channels = 0;
   float outlier_scale = 20.0f;
+  // Standard deviation of the matrices' random values: 0.05 for every matrix (the default), or with
+  // fan_in_init 1 / sqrt(row length), as trained models' weights scale. At widths past a few hundred the
+  // fixed 0.05 makes every layer amplify small changes of its input (0.05 * sqrt(2048) = 2.3 at the
+  // TinyLlama shape), so a deep model is chaotic and any quantization error saturates the KL divergence;
+  // with fan_in_init the layers keep their input's scale and quantization errors stay measurable.
+  bool fan_in_init = false;
 };
 
 // The channels make_model plants outliers on: `count` of [0, n_embd), sorted.
