@@ -1,8 +1,7 @@
 // One cache line prefetched into L1 (prefetcht0 on x86, prfm pldl1keep on AArch64), as an instruction the
 // compiler must emit. GCC 12 silently deleted __builtin_prefetch from the AVX-512 32-input GEMM tiles (every
-// Q4_0, Q8_0, Q4_1, Q5_0 and Q5_1 decode ran without software prefetch, 20-30% below the K-quants' share
-// of the bandwidth), so every kernel prefetches through this instead. Reads nothing and cannot fault, so
-// any address, even past the end of a buffer, is fine.
+// Q4_0, Q8_0, Q4_1, Q5_0 and Q5_1 decode ran without software prefetch), so every kernel prefetches through
+// this instead. Reads nothing and cannot fault, so any address, even past the end of a buffer, is fine.
 #pragma once
 
 namespace kestrel {
