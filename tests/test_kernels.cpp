@@ -79,6 +79,21 @@ TEST(Kernels, F32DotHandlesOddLengths) {
     }
 }
 
+// The scalar level's dot of encoded rows (decode) gives the same bits as its F32 dot of the decoded rows
+// (matmul's prefill tiles): prefill then equals stepwise decode exactly, as on the vector levels.
+TEST(Kernels, ScalarDotOfEncodedRowsEqualsDotOfDecodedRows) {
+  for (DType type : kTypes)
+    for (size_t n : {256u, 2304u, 2053u}) {
+      if (n % dtype_traits(type).block_elems) continue;  // the odd length: float types only
+      const auto w = random_vector(n, 11, 0.05f), x = random_vector(n, 12);
+      const auto bytes = quantized(type, w, n);
+      std::vector<float> decoded(n);
+      dequantize_row(type, bytes.data(), decoded.data(), n);
+      EXPECT_EQ(dot_kernel_scalar(type)(bytes.data(), x.data(), n), dot_kernel_scalar(DType::F32)(decoded.data(), x.data(), n))
+          << dtype_name(type) << " n=" << n;
+    }
+}
+
 TEST(Kernels, IntegerDotMatchesReferenceOnEveryIsa) {
   const size_t n = 2048, nb = n / 32;
   for (Isa isa : runnable_isas()) {
