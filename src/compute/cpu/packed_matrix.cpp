@@ -87,19 +87,17 @@ const LayoutInfo* integer_layout(DType type) {
     if (l.type == type) return &l;
   return nullptr;
 }
-// Types whose packed kernels exist for AVX2 and AVX-512 only (NEON runs them through the row dots).
-bool x86_only(DType type) {
-  return type == DType::Q4_1 || type == DType::Q5_0 || type == DType::Q5_1 || type == DType::Q5_K || type == DType::Q2_K ||
-         type == DType::Q3_K;
-}
 
 }  // namespace
 
 bool PackedMatrix::supports(DType type, int64_t n_in, int64_t n_out, Isa isa) {
   if (n_out % kRows != 0) return false;
-  const bool vector_isa = isa_includes(isa, Isa::Avx2) || (isa == Isa::Neon && !x86_only(type));
-  if (const LayoutInfo* l = integer_layout(type)) return n_in % l->block_inputs == 0 && vector_isa;
-  if (type == DType::F16 || type == DType::BF16) return n_in % 32 == 0 && vector_isa;
+  // AVX2 and AVX-512 have every layout's kernels; NEON those its table lists (the rest run the row dots).
+  const auto has_kernel = [&](PackedLayout l) {
+    return isa_includes(isa, Isa::Avx2) || (isa == Isa::Neon && packed_gemm_kernel_neon(l) != nullptr);
+  };
+  if (const LayoutInfo* l = integer_layout(type)) return n_in % l->block_inputs == 0 && has_kernel(l->layout);
+  if (type == DType::F16 || type == DType::BF16) return n_in % 32 == 0 && (isa_includes(isa, Isa::Avx2) || isa == Isa::Neon);
   return false;
 }
 
