@@ -11,22 +11,6 @@
 namespace kestrel {
 namespace {
 
-// Quantized value (before offset and scale) of element k of a block, in each source format.
-int q4_0_value(const BlockQ4_0& b, int k) { return k < 16 ? (b.qs[k] & 0xF) : (b.qs[k - 16] >> 4); }
-int q4_k_value(const BlockQ4_K& b, int e) {
-  const int j = e / 32, l = e % 32;
-  const uint8_t byte = b.qs[32 * (j / 2) + l];
-  return j % 2 == 0 ? (byte & 0xF) : (byte >> 4);
-}
-int q6_k_value(const BlockQ6_K& b, int e) {
-  const int half = e / 128, quarter = (e % 128) / 32, l = e % 32;
-  const uint8_t* ql = b.ql + 64 * half;
-  const uint8_t* qh = b.qh + 32 * half;
-  const uint8_t low_byte = ql[l + ((quarter & 1) ? 32 : 0)];
-  const int low = quarter < 2 ? (low_byte & 0xF) : (low_byte >> 4);
-  return low | (((qh[l] >> (2 * quarter)) & 3) << 4);
-}
-
 // Writes the nibble tile of 32 inputs for 16 rows: value(row, k) for k < 32.
 template <typename F>
 void write_nibble_tile(uint8_t* out, const F& value) {
@@ -189,10 +173,15 @@ std::optional<PackedMatrix> PackedMatrix::pack(const WeightMatrix& w, Isa isa) {
           }
           break;
         }
-        case PackedLayout::Q4_0x16:
-          for (int i = 0; i < kRows; ++i) halves[i] = reinterpret_cast<const BlockQ4_0*>(row_block(i))->d;
-          write_nibble_tile(out + 32, [&](int i, int k) { return q4_0_value(*reinterpret_cast<const BlockQ4_0*>(row_block(i)), k); });
+        case PackedLayout::Q4_0x16: {
+          uint8_t codes[kRows][32];  // [row][input]
+          for (int i = 0; i < kRows; ++i) {
+            halves[i] = reinterpret_cast<const BlockQ4_0*>(row_block(i))->d;
+            block_codes(DType::Q4_0, row_block(i), codes[i]);
+          }
+          write_nibble_tile(out + 32, [&](int i, int k) { return codes[i][k]; });
           break;
+        }
         case PackedLayout::Q8_0x16:
           for (int i = 0; i < kRows; ++i) {
             const auto* blk = reinterpret_cast<const BlockQ8_0*>(row_block(i));
@@ -201,18 +190,18 @@ std::optional<PackedMatrix> PackedMatrix::pack(const WeightMatrix& w, Isa isa) {
               for (int j = 0; j < 4; ++j) out[32 + grp * 64 + i * 4 + j] = static_cast<uint8_t>(blk->qs[4 * grp + j] + 128);
           }
           break;
-        case PackedLayout::Q4_Kx16:
+        case PackedLayout::Q4_Kx16: {
+          uint8_t codes[kRows][256];  // [row][input]
           for (int i = 0; i < kRows; ++i) {
             const auto* blk = reinterpret_cast<const BlockQ4_K*>(row_block(i));
             halves[i] = blk->d;
             halves[16 + i] = blk->dmin;
             for (int k = 0; k < 12; ++k) out[64 + k * 16 + i] = blk->scales[k];
+            block_codes(DType::Q4_K, blk, codes[i]);
           }
-          for (int j = 0; j < 8; ++j)
-            write_nibble_tile(out + 256 + 256 * j, [&](int i, int k) {
-              return q4_k_value(*reinterpret_cast<const BlockQ4_K*>(row_block(i)), 32 * j + k);
-            });
+          for (int j = 0; j < 8; ++j) write_nibble_tile(out + 256 + 256 * j, [&](int i, int k) { return codes[i][32 * j + k]; });
           break;
+        }
         case PackedLayout::BF16x16:
           for (int i = 0; i < kRows; ++i) {
             const auto* src = reinterpret_cast<const uint16_t*>(row_block(i));  // [32]
@@ -229,14 +218,16 @@ std::optional<PackedMatrix> PackedMatrix::pack(const WeightMatrix& w, Isa isa) {
             for (int k = 0; k < 32; ++k) halves[k * kRows + i] = src[k];
           }
           break;
-        case PackedLayout::Q6_Kx16:
+        case PackedLayout::Q6_Kx16: {
+          uint8_t codes[kRows][256];  // [row][input]
           for (int i = 0; i < kRows; ++i) {
             const auto* blk = reinterpret_cast<const BlockQ6_K*>(row_block(i));
             halves[i] = blk->d;
             for (int s = 0; s < 16; ++s) out[32 + s * 16 + i] = static_cast<uint8_t>(blk->scales[s]);
+            block_codes(DType::Q6_K, blk, codes[i]);
           }
           for (int j = 0; j < 8; ++j) {
-            auto value = [&](int i, int k) { return q6_k_value(*reinterpret_cast<const BlockQ6_K*>(row_block(i)), 32 * j + k); };
+            auto value = [&](int i, int k) { return codes[i][32 * j + k]; };
             write_nibble_tile(out + 288 + 256 * j, value);
             uint8_t* hi = out + 2336 + 128 * j;
             for (int h = 0; h < 2; ++h)
@@ -248,6 +239,7 @@ std::optional<PackedMatrix> PackedMatrix::pack(const WeightMatrix& w, Isa isa) {
                 }
           }
           break;
+        }
       }
     }
   }
