@@ -104,6 +104,36 @@ void BM_PackedGemm(benchmark::State& state, DType type, Isa isa, int n_tok, size
                                               benchmark::Counter::kIsRate);
 }
 
+// One token through a 65536 x 2048 packed matrix (about 100 MB: from memory, not cache) with two threads
+// splitting its row groups as matmul does (ThreadPool::parallel_for_dynamic, each thread's prefetch
+// running on into its next group): the decode GEMV at the machine's bandwidth, per type.
+void BM_PackedGemvStream(benchmark::State& state, DType type, Isa isa) {
+  const size_t n_in = 2048, n_rows = 65536, n_distinct = 2048;
+  const size_t rb = kestrel::row_bytes(type, n_in);
+  std::mt19937 rng(1);
+  const std::vector<uint8_t> distinct = random_weights(type, n_in, n_distinct, rng);  // [n_distinct, row bytes]
+  std::vector<uint8_t> w(rb * n_rows);                                                // [n_rows, row bytes]
+  for (size_t r = 0; r < n_rows; r += n_distinct) std::copy(distinct.begin(), distinct.end(), w.begin() + r * rb);
+  const kestrel::WeightMatrix m{type, static_cast<int64_t>(n_in), static_cast<int64_t>(n_rows), w.data(), rb};
+  if (!kestrel::PackedMatrix::supports(type, n_in, n_rows, isa)) {
+    state.SkipWithError("no packed kernel for this type on this ISA");
+    return;
+  }
+  const auto packed = kestrel::PackedMatrix::pack(m);
+  const std::vector<kestrel::BlockQ8A> xq = random_q8_activations(n_in, 1, rng);  // [1, nb]
+  std::vector<float> y(n_rows);                                                     // [n_rows]
+  const auto gemm = kestrel::packed_gemm_kernel(packed->layout, isa);
+  kestrel::ThreadPool pool(2);
+  for (auto _ : state) {
+    pool.parallel_for_dynamic(static_cast<size_t>(packed->n_groups()), 1, [&](size_t begin, size_t end, int) {
+      gemm(packed->view(packed->after_group(static_cast<int64_t>(end), nullptr)), xq.data(), 1, y.data(), n_rows,
+           static_cast<int64_t>(begin), static_cast<int64_t>(end));
+    });
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * packed->bytes()));
+}
+
 // The packed float GEMM (F16/BF16 weights): the layout this ISA level packs into (BF16x16 with AVX-512
 // BF16, else the Fma16 layouts), n_rows x 2048 weights against n_tok float tokens, one thread.
 void BM_PackedGemmFloat(benchmark::State& state, DType type, Isa isa, int n_tok, size_t n_rows) {
@@ -226,6 +256,13 @@ void register_all() {
                                         kestrel::isa_name(isa) + "/rows:" + std::to_string(rows) +
                                         "/tokens:" + std::to_string(n_tok)).c_str(),
                                        BM_PackedGemm, type, isa, n_tok, rows);
+  }
+  for (Isa isa : kestrel::runnable_isas()) {
+    if (isa == Isa::Scalar) continue;
+    for (DType type : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K})
+      benchmark::RegisterBenchmark((std::string("packed_gemv_stream_2t/") + kestrel::dtype_name(type) + "/" +
+                                    kestrel::isa_name(isa)).c_str(),
+                                   BM_PackedGemvStream, type, isa)->UseRealTime();
   }
   for (Isa isa : kestrel::runnable_isas()) {
     if (isa == Isa::Scalar) continue;

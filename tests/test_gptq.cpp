@@ -59,6 +59,26 @@ TEST(Cholesky, FactorsAndInvertsSymmetricPositiveDefiniteMatrices) {
   EXPECT_FALSE(cholesky_lower(nan.data(), 2, pool));
 }
 
+// The summed quadratic forms against a direct double loop, with n large enough that H is cut into several
+// cached blocks of rows (and not a multiple of the block), an unsymmetric H and some zero entries in x.
+TEST(QuadraticForms, SumsEveryRowsFormOverBlocksOfH) {
+  const int64_t n = 1003, rows = 3;
+  ThreadPool pool(2);
+  const auto h = test::gaussian_vector(static_cast<size_t>(n * n), 4);
+  auto x = test::gaussian_vector(static_cast<size_t>(rows * n), 5);
+  for (size_t i = 0; i < x.size(); i += 7) x[i] = 0.0f;
+  double expected = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t a = 0; a < n; ++a) {
+      double ha = 0;
+      for (int64_t b = 0; b < n; ++b) ha += static_cast<double>(h[static_cast<size_t>(a * n + b)]) * x[static_cast<size_t>(r * n + b)];
+      expected += ha * x[static_cast<size_t>(r * n + a)];
+    }
+  const double got = quadratic_form_sum(h.data(), n, x.data(), rows, pool);
+  EXPECT_NEAR(got, expected, 1e-6 * static_cast<double>(rows * n * n));
+  EXPECT_EQ(quadratic_form_sum(h.data(), n, x.data(), 0, pool), 0.0);
+}
+
 // A block's grid holds its decoded values, and writing back the codes of those values restores the block.
 TEST(BlockGrid, ReadsAndRewritesEveryFormatsCodes) {
   const size_t n = 1024;

@@ -17,33 +17,26 @@ void score(const AwqMatrix& m, int64_t n_in, const float* h, const std::vector<f
            double& error, double* energy) {
   const int64_t stride = std::max<int64_t>(1, m.n_out / std::max<int64_t>(1, max_rows));
   const int64_t n_rows = (m.n_out + stride - 1) / stride;
-  std::vector<double> err(static_cast<size_t>(pool.n_threads()), 0.0), ref(err.size(), 0.0);  // [threads]
-  pool.parallel_for_dynamic(static_cast<size_t>(n_rows), 1, [&](size_t begin, size_t end, int thread) {
-    const size_t n = static_cast<size_t>(n_in);
-    std::vector<float> scaled(n), back(n), d(n), importance(n), hd(n), hw(n);  // [n_in]
+  const size_t n = static_cast<size_t>(n_in);
+  std::vector<float> importance(n);  // [n_in] of the scaled inputs
+  for (size_t j = 0; j < n; ++j) importance[j] = std::max(h[j * n + j], 0.0f) / (s[j] * s[j]);
+  std::vector<float> d(static_cast<size_t>(n_rows) * n);  // [n_rows][n_in] W' - W of the scored rows
+  pool.parallel_for_dynamic(static_cast<size_t>(n_rows), 1, [&](size_t begin, size_t end, int) {
+    std::vector<float> scaled(n), back(n);  // [n_in]
     std::vector<uint8_t> row(row_bytes(m.type, n));
-    for (size_t j = 0; j < n; ++j) importance[j] = std::max(h[j * n + j], 0.0f) / (s[j] * s[j]);  // of the scaled inputs
     for (size_t i = begin; i < end; ++i) {
       const float* w = m.w + static_cast<int64_t>(i) * stride * n_in;
       for (size_t j = 0; j < n; ++j) scaled[j] = w[j] * s[j];
       quantize_row_weighted(m.type, scaled.data(), row.data(), n, importance.data());
       dequantize_row(m.type, row.data(), back.data(), n);
-      for (size_t j = 0; j < n; ++j) d[j] = back[j] / s[j] - w[j];
-      // hd = H d and hw = H w as sums of H's rows (H is symmetric): element-wise, so they vectorise.
-      std::fill(hd.begin(), hd.end(), 0.0f);
-      std::fill(hw.begin(), hw.end(), 0.0f);
-      for (size_t b = 0; b < n; ++b) {
-        axpy(d[b], h + b * n, hd.data(), n_in);
-        if (energy) axpy(w[b], h + b * n, hw.data(), n_in);
-      }
-      double e = 0, r = 0;
-      for (size_t a = 0; a < n; ++a) e += static_cast<double>(d[a]) * hd[a], r += static_cast<double>(w[a]) * hw[a];
-      err[static_cast<size_t>(thread)] += e, ref[static_cast<size_t>(thread)] += r;
+      float* di = d.data() + i * n;
+      for (size_t j = 0; j < n; ++j) di[j] = back[j] / s[j] - w[j];
     }
   });
-  for (size_t t = 0; t < err.size(); ++t) {
-    error += err[t];
-    if (energy) *energy += ref[t];
+  error += quadratic_form_sum(h, n_in, d.data(), n_rows, pool);
+  if (energy) {
+    for (int64_t i = 0; i < n_rows; ++i) std::copy_n(m.w + i * stride * n_in, n, d.data() + static_cast<size_t>(i) * n);
+    *energy += quadratic_form_sum(h, n_in, d.data(), n_rows, pool);
   }
 }
 

@@ -124,4 +124,25 @@ KESTREL_SIMD_CLONES float dot(const float* a, const float* b, int64_t n) {
   return total;
 }
 
+double quadratic_form_sum(const float* h, int64_t n, const float* x, int64_t rows, ThreadPool& pool) {
+  constexpr size_t kBlockBytes = 256 * 1024;  // of H's rows per task: within a core's L2
+  const size_t block_rows = std::max<size_t>(1, kBlockBytes / (sizeof(float) * static_cast<size_t>(n)));
+  std::vector<double> partial(static_cast<size_t>(pool.n_threads()), 0.0);  // [threads]
+  pool.parallel_for_dynamic(static_cast<size_t>(n), block_rows, [&](size_t begin, size_t end, int thread) {
+    double sum = 0;
+    for (size_t a0 = begin; a0 < end; a0 += block_rows) {
+      const size_t a1 = std::min(end, a0 + block_rows);
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* xr = x + r * n;
+        for (size_t a = a0; a < a1; ++a)
+          if (xr[a] != 0.0f) sum += static_cast<double>(xr[a]) * dot(h + static_cast<int64_t>(a) * n, xr, n);
+      }
+    }
+    partial[static_cast<size_t>(thread)] += sum;
+  });
+  double total = 0;
+  for (double v : partial) total += v;
+  return total;
+}
+
 }  // namespace kestrel

@@ -23,4 +23,9 @@ void axpy(float a, const float* x, float* y, int64_t n);
 // sum_i a[i] * b[i] for i < n (in 16 partial sums: the order differs from a plain loop's).
 float dot(const float* a, const float* b, int64_t n);
 
+// sum over r < rows of x_r^T H x_r, x [rows][n], h [n][n] (symmetric or not: the plain quadratic form).
+// The threads share H's rows out in blocks that stay in cache while every x_r passes, so H is read from
+// memory once, not once per r.
+double quadratic_form_sum(const float* h, int64_t n, const float* x, int64_t rows, ThreadPool& pool);
+
 }  // namespace kestrel
