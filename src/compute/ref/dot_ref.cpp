@@ -9,29 +9,6 @@
 namespace kestrel {
 namespace {
 
-// sum_i w[i] * x[i] for i < n in 8 interleaved partial sums (element i into sum i % 8), the last n % 8
-// products added to one more sum in order, then the 8 partial sums: one fixed order, so that decoding rows
-// first (matmul's prefill tiles) and decoding them inside the dot (decode) give the same bits.
-class LaneSum {
- public:
-  explicit LaneSum(size_t n) : full_(n / 8 * 8) {}
-  void add(size_t i, float product) {
-    if (i < full_) lanes_[i % 8] += product;
-    else tail_ += product;
-  }
-  float total() const {
-    float s = tail_;
-    for (float a : lanes_) s += a;
-    return s;
-  }
-
- private:
-  size_t full_;
-  float lanes_[8] = {0};
-  float tail_ = 0;
-};
-
-// LaneSum's order, in two plain loops.
 float dot_f32_scalar(const void* row, const float* x, size_t n) {
   const auto* w = static_cast<const float*>(row);
   float acc[8] = {0};
@@ -44,21 +21,15 @@ float dot_f32_scalar(const void* row, const float* x, size_t n) {
   return s;
 }
 
-// Scalar kernel for the block types: decode one block-sized chunk at a time and accumulate in
-// dot_f32_scalar's order.
+// Scalar kernel for the block types: the row decoded, then dot_f32_scalar itself, so that decoding rows
+// first (matmul's prefill tiles) and decoding them inside the dot (decode) give the same bits whatever the
+// compiler contracts into fused multiply-adds.
 template <DType kType>
 float dot_blocks_scalar(const void* row, const float* x, size_t n) {
-  const auto& traits = dtype_traits(kType);
-  const auto* bytes = static_cast<const uint8_t*>(row);
-  float decoded[256];
-  LaneSum sum(n);
-  const size_t chunk = traits.block_elems == 1 ? 256 : traits.block_elems;
-  for (size_t i = 0; i < n; i += chunk) {
-    const size_t len = n - i < chunk ? n - i : chunk;
-    dequantize_row(kType, bytes + row_bytes(kType, i), decoded, len);
-    for (size_t k = 0; k < len; ++k) sum.add(i + k, decoded[k] * x[i + k]);
-  }
-  return sum.total();
+  thread_local std::vector<float> decoded;  // [n]
+  decoded.resize(n);
+  dequantize_row(kType, row, decoded.data(), n);
+  return dot_f32_scalar(decoded.data(), x, n);
 }
 
 // Reference for the integer path: weights decoded by the reference dequantizer, activations as d * q.
