@@ -76,12 +76,12 @@ const LayoutInfo* integer_layout(DType type) {
 
 bool PackedMatrix::supports(DType type, int64_t n_in, int64_t n_out, Isa isa) {
   if (n_out % kRows != 0) return false;
-  // AVX2 and AVX-512 have every layout's kernels; NEON those its table lists (the rest run the row dots).
-  const auto has_kernel = [&](PackedLayout l) {
-    return isa_includes(isa, Isa::Avx2) || (isa == Isa::Neon && packed_gemm_kernel_neon(l) != nullptr);
-  };
-  if (const LayoutInfo* l = integer_layout(type)) return n_in % l->block_inputs == 0 && has_kernel(l->layout);
-  if (type == DType::F16 || type == DType::BF16) return n_in % 32 == 0 && (isa_includes(isa, Isa::Avx2) || isa == Isa::Neon);
+  // AVX2 and AVX-512 have every layout's kernels; NEON the integer ones its table lists (the rest run the
+  // row dots) and the float ones.
+  const bool x86 = isa_includes(isa, Isa::Avx2);
+  if (const LayoutInfo* l = integer_layout(type))
+    return n_in % l->block_inputs == 0 && (x86 || (isa == Isa::Neon && packed_gemm_kernel_neon(l->layout) != nullptr));
+  if (type == DType::F16 || type == DType::BF16) return n_in % 32 == 0 && (x86 || isa == Isa::Neon);
   return false;
 }
 
