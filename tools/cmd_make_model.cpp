@@ -19,7 +19,7 @@ void add_make_model(CLI::App& app, Action& run) {
   cmd->add_option("-o,--output", a->output, "Output GGUF path")->required();
   cmd->add_option("--preset", a->preset, "Shape preset: tinyllama (TinyLlama-1.1B shape), tiny");
   cmd->add_option("--arch", s.arch, "Architecture: llama, qwen2, qwen3, qwen3moe");
-  cmd->add_option("--type", a->options.weight_type, "Weight type: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k, or a mixture q3_k_m q4_k_m q5_k_m");
+  cmd->add_option("--type", a->options.weight_type, "Weight type: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k fp8_e4m3, the 2:4 sparse s24_f16 s24_q8 s24_q4, or a mixture q3_k_m q4_k_m q5_k_m");
   cmd->add_option("--dim", s.n_embd, "Embedding width")->check(CLI::Range(8, 65536));
   cmd->add_option("--layers", s.n_layers, "Layers")->check(CLI::Range(1, 1024));
   cmd->add_option("--heads", s.n_heads, "Attention heads")->check(CLI::Range(1, 1024));

@@ -44,37 +44,13 @@ struct QuantizeArgs {
   bool static_scales = false;
 };
 
-// The calibration text in whole chunks of calib_ctx tokens, each starting with BOS where the model adds one
-// (a text shorter than one chunk is one chunk). Empty on error (printed).
-std::vector<std::vector<int32_t>> calibration_chunks(const QuantizeArgs& a, const Model& model) {
-  std::string text;
-  if (!read_text_file(a.calib_file, text)) return {};
-  auto tokenizer = Tokenizer::from_gguf(model.file());
-  if (!tokenizer.ok() || !tokenizer->has_vocab()) {
-    std::fprintf(stderr, "error: %s\n", tokenizer.ok() ? "the model has no tokenizer vocabulary" : tokenizer.error().c_str());
-    return {};
-  }
-  const std::vector<int32_t> tokens = tokenizer->encode(text, true, false);
-  const int32_t bos = !tokens.empty() && tokens[0] == tokenizer->vocab().bos ? tokens[0] : -1;
-  std::vector<std::vector<int32_t>> chunks;
-  const size_t n = static_cast<size_t>(a.calib_ctx);
-  for (size_t at = 0; at + n <= tokens.size() || (chunks.empty() && at < tokens.size()); at += n) {
-    chunks.emplace_back(tokens.begin() + static_cast<std::ptrdiff_t>(at),
-                        tokens.begin() + static_cast<std::ptrdiff_t>(std::min(at + n, tokens.size())));
-    if (bos >= 0) chunks.back()[0] = bos;
-    if (a.calib_chunks > 0 && static_cast<int>(chunks.size()) == a.calib_chunks) break;
-  }
-  if (chunks.empty()) std::fprintf(stderr, "error: the calibration text has no tokens\n");
-  return chunks;
-}
-
 // Runs the input model over the calibration text: the importance matrix (imatrix), or the input Hessians and
 // the importance their diagonals give (gptq).
 bool calibrate(const QuantizeArgs& a, const std::string& method, ThreadPool& pool, ImportanceMatrix& importance,
                HessianSet& hessians) {
   auto model = load_model(a.input, true);
   if (!model) return false;
-  const auto chunks = calibration_chunks(a, *model);
+  const auto chunks = calibration_chunks(*model, a.calib_file, a.calib_ctx, a.calib_chunks);
   if (chunks.empty()) return false;
   Timer timer;
   if (method == "gptq" || method == "awq") {
@@ -106,25 +82,6 @@ bool calibrate(const QuantizeArgs& a, const std::string& method, ThreadPool& poo
     }
     std::fprintf(stderr, "importance matrix written to %s (llama.cpp's imatrix format)\n", a.imatrix_out.c_str());
   }
-  return true;
-}
-
-// An importance matrix file (llama-imatrix's, or --imatrix-out's), shaped to the input model's tensors.
-bool load_imatrix(const QuantizeArgs& a, ImportanceMatrix& importance) {
-  auto read = read_imatrix_file(a.imatrix_in);
-  auto file = GgufFile::open(a.input);
-  if (!read.ok() || !file.ok()) {
-    std::fprintf(stderr, "error: %s\n", read.ok() ? file.error().c_str() : read.error().c_str());
-    return false;
-  }
-  std::map<std::string, int64_t> rows;
-  for (const TensorView& t : file->tensors()) rows[t.name] = t.ne[0];
-  importance = std::move(read).value();
-  if (Status fit = importance.fit_rows(rows); !fit.ok()) {
-    std::fprintf(stderr, "error: %s: %s\n", a.imatrix_in.c_str(), fit.error().c_str());
-    return false;
-  }
-  std::fprintf(stderr, "importance matrix: %zu tensors from %s\n", importance.tensors.size(), a.imatrix_in.c_str());
   return true;
 }
 
@@ -193,7 +150,7 @@ void add_quantize(CLI::App& app, Action& run) {
       Timer timer;
       ImportanceMatrix importance;
       HessianSet hessians;
-      if (given && !load_imatrix(*a, importance)) return 1;
+      if (given && !load_imatrix(a->imatrix_in, a->input, importance)) return 1;
       if (measured && !calibrate(*a, method, pool, importance, hessians)) return 1;
       QuantizeOptions options{a->input, a->output, *scheme, a->pure};
       options.method = method == "imatrix" ? QuantMethod::Importance

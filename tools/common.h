@@ -6,6 +6,7 @@
 #include <string>
 
 #include "model/model.h"
+#include "quant/importance_matrix.h"
 #include "spec/spec_config.h"
 
 namespace kestrel::cli {
@@ -21,6 +22,7 @@ void add_bench(CLI::App& app, Action& run);
 void add_serve(CLI::App& app, Action& run);
 void add_perplexity(CLI::App& app, Action& run);
 void add_quantize(CLI::App& app, Action& run);
+void add_prune(CLI::App& app, Action& run);
 // `kestrel bench serve`, a subcommand of bench.
 CLI::App* add_bench_serve(CLI::App& bench, Action& run);
 
@@ -43,5 +45,11 @@ std::function<void(double)> progress_bar(const std::string& label);
 Result<uint64_t> parse_byte_size(const std::string& text);
 // Reads a whole file; false with a message on stderr when it cannot.
 bool read_text_file(const std::string& path, std::string& out);
+// A calibration text in whole chunks of ctx tokens, each starting with BOS where the model adds one (a text
+// shorter than one chunk is one chunk), at most max_chunks (0: all). Empty on error (printed).
+std::vector<std::vector<int32_t>> calibration_chunks(const Model& model, const std::string& text_file, int ctx, int max_chunks);
+// An importance matrix file (llama-imatrix's, or --imatrix-out's), shaped to the model file's tensors; false
+// with a message on stderr when it cannot be read or does not fit.
+bool load_imatrix(const std::string& imatrix_path, const std::string& model_path, ImportanceMatrix& importance);
 
 }  // namespace kestrel::cli

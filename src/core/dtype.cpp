@@ -7,7 +7,7 @@
 
 namespace kestrel {
 namespace {
-constexpr std::array<DTypeTraits, 16> kTraits = {{
+constexpr std::array<DTypeTraits, 19> kTraits = {{
     {DType::F32, "F32", 1, 4},
     {DType::F16, "F16", 1, 2},
     {DType::Q4_0, "Q4_0", 32, 18},
@@ -24,6 +24,9 @@ constexpr std::array<DTypeTraits, 16> kTraits = {{
     {DType::I32, "I32", 1, 4},
     {DType::BF16, "BF16", 1, 2},
     {DType::FP8_E4M3, "FP8_E4M3", 32, 34},
+    {DType::S24_F16, "S24_F16", 64, 72},
+    {DType::S24_Q8, "S24_Q8", 64, 42},
+    {DType::S24_Q4, "S24_Q4", 64, 26},
 }};
 }  // namespace
 

@@ -27,6 +27,11 @@ enum class DType : uint32_t {
   BF16 = 30,
   // kestrel's own types: ids far above GGUF's (which end in the 40s), so no GGUF reader mistakes them.
   FP8_E4M3 = 4096,  // blocks of 32 FP8 E4M3 codes with an F16 scale (quant/blocks.h: BlockFP8)
+  // 2:4 sparse blocks of 64 inputs: 32 kept values (F16, a Q8_0 block, a Q4_0 block) and 2-bit positions
+  // (quant/sparse24.h)
+  S24_F16 = 4097,
+  S24_Q8 = 4098,
+  S24_Q4 = 4099,
 };
 
 struct DTypeTraits {

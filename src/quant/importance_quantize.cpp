@@ -6,6 +6,7 @@
 
 #include "quant/block_pack.h"
 #include "quant/quantize.h"
+#include "quant/sparse24.h"
 
 namespace kestrel {
 namespace {
@@ -169,6 +170,9 @@ void quantize_row_weighted(DType type, const float* x, void* row, size_t n, cons
         pack_q6_k(x + i * kQK_K, scales, static_cast<BlockQ6_K*>(row)[i]);
       }
       break;
+    case DType::S24_F16:
+    case DType::S24_Q8:
+    case DType::S24_Q4: quantize_sparse24_row(type, x, row, n, weights); break;
     default: quantize_row(type, x, row, n); break;
   }
 }

@@ -9,6 +9,7 @@
 #include "quant/block_pack.h"
 #include "quant/blocks.h"
 #include "quant/fp8.h"
+#include "quant/sparse24.h"
 
 namespace kestrel {
 namespace {
@@ -267,6 +268,9 @@ void dequantize_row(DType type, const void* row, float* out, size_t n) {
       }
       break;
     }
+    case DType::S24_F16:
+    case DType::S24_Q8:
+    case DType::S24_Q4: dequantize_sparse24_row(type, row, out, n); break;
     case DType::I8: {
       const auto* q = static_cast<const int8_t*>(row);
       for (size_t i = 0; i < n; ++i) out[i] = q[i];
@@ -314,6 +318,9 @@ void quantize_row(DType type, const float* in, void* row, size_t n) {
       }
       break;
     }
+    case DType::S24_F16:
+    case DType::S24_Q8:
+    case DType::S24_Q4: quantize_sparse24_row(type, in, row, n); break;
     case DType::I8: {
       auto* q = static_cast<int8_t*>(row);
       for (size_t i = 0; i < n; ++i) q[i] = static_cast<int8_t>(std::clamp(std::nearbyint(in[i]), -127.0f, 127.0f));

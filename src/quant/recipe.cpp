@@ -4,6 +4,8 @@
 #include <array>
 #include <cctype>
 
+#include "quant/sparse24.h"
+
 namespace kestrel {
 namespace {
 
@@ -13,9 +15,10 @@ constexpr uint32_t kFileF32 = 0, kFileF16 = 1, kFileQ4_0 = 2, kFileQ4_1 = 3, kFi
                    kFileQ6_K = 18, kFileBF16 = 32;
 constexpr uint32_t kFileW8A8 = 1024;  // kestrel's (model/w8a8_quantizer.h); llama.cpp names none
 constexpr uint32_t kFileFP8 = 1025;   // kestrel's FP8_E4M3 type
+constexpr uint32_t kFileS24_F16 = 1026, kFileS24_Q8 = 1027, kFileS24_Q4 = 1028;  // kestrel's 2:4 sparse types
 
 using Mix = QuantScheme::Mix;
-const std::array<QuantScheme, 16> kSchemes = {{
+const std::array<QuantScheme, 19> kSchemes = {{
     {"F32", DType::F32, Mix::Pure, kFileF32},
     {"F16", DType::F16, Mix::Pure, kFileF16},
     {"BF16", DType::BF16, Mix::Pure, kFileBF16},
@@ -32,6 +35,9 @@ const std::array<QuantScheme, 16> kSchemes = {{
     {"Q6_K", DType::Q6_K, Mix::Pure, kFileQ6_K},
     {"W8A8", DType::I8, Mix::Pure, kFileW8A8},
     {"FP8_E4M3", DType::FP8_E4M3, Mix::Pure, kFileFP8},
+    {"S24_F16", DType::S24_F16, Mix::Pure, kFileS24_F16},
+    {"S24_Q8", DType::S24_Q8, Mix::Pure, kFileS24_Q8},
+    {"S24_Q4", DType::S24_Q4, Mix::Pure, kFileS24_Q4},
 }};
 
 bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
@@ -58,6 +64,7 @@ bool more_bits(int layer, int n_layers) {
 DType fit_rows(DType t, int64_t n) {
   if (n % dtype_traits(t).block_elems == 0) return t;
   DType fallback = DType::F16;
+  if (is_sparse24(t)) return fit_rows(sparse24_value_type(t), n);
   switch (t) {
     case DType::Q2_K:
     case DType::Q3_K: fallback = DType::Q4_0; break;
@@ -95,6 +102,13 @@ std::optional<DType> quant_tensor_type(const QuantScheme& scheme, bool pure, con
   if (!weight || dims.size() < 2 || contains(name, "ffn_gate_inp") || contains(name, "_norm")) return std::nullopt;
   const int64_t row = dims[0];
   DType t = scheme.base;
+  if (is_sparse24(scheme.base)) {
+    // 2:4 sparsity for the blocks' matrices only; the embeddings and the output matrix stay dense, of the
+    // value type (the output by the rules of the dense scheme of that type)
+    if (layer_of(name) >= 0) return fit_rows(t, row);
+    const QuantScheme dense{scheme.name, sparse24_value_type(scheme.base), Mix::Pure, scheme.file_type};
+    return quant_tensor_type(dense, pure, name, dims, facts);
+  }
   if (!pure && !is_float(scheme.base)) {
     const bool output = name == "output.weight" || (!facts.has_output && name == "token_embd.weight");
     const int layer = layer_of(name);

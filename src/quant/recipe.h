@@ -39,8 +39,11 @@ struct QuantScheme {
 };
 
 // The scheme for a name (case-insensitive: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K_M (alias Q3_K), Q4_K_M
-// (alias Q4_K), Q5_K_S, Q5_K_M (alias Q5_K), Q6_K, F16, BF16, F32, W8A8, FP8_E4M3 (alias FP8): the last two
-// kestrel's own types, not llama.cpp's), or nullopt.
+// (alias Q4_K), Q5_K_S, Q5_K_M (alias Q5_K), Q6_K, F16, BF16, F32, W8A8, FP8_E4M3 (alias FP8), S24_F16,
+// S24_Q8, S24_Q4: the last five kestrel's own types, not llama.cpp's), or nullopt.
+// The 2:4 sparse schemes (quant/sparse24.h) give the matrices of the blocks (blk.N.*) their 2:4 type (a row
+// that is not yet 2:4 sparse is pruned to it by magnitude) and every other tensor the rules of the dense
+// scheme of the value type (F16, Q8_0, Q4_0); rows that do not split into 64 get the value type too.
 // W8A8 (base I8) picks its tensors' types itself (model/w8a8_quantizer.h), not by quant_tensor_type.
 std::optional<QuantScheme> find_quant_scheme(std::string_view name);
 // Every name find_quant_scheme accepts, for help and error messages: "Q8_0, Q4_0, ...".

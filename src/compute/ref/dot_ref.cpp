@@ -60,6 +60,8 @@ DotQ8Fn dot_q8_kernel_scalar(DType type) {
     case DType::Q4_K: return dot_q8_scalar<DType::Q4_K>;
     case DType::Q5_K: return dot_q8_scalar<DType::Q5_K>;
     case DType::Q6_K: return dot_q8_scalar<DType::Q6_K>;
+    case DType::S24_Q8: return dot_q8_scalar<DType::S24_Q8>;
+    case DType::S24_Q4: return dot_q8_scalar<DType::S24_Q4>;
     default: return nullptr;
   }
 }
@@ -81,6 +83,9 @@ DotFn dot_kernel_scalar(DType type) {
     case DType::Q5_K: return dot_blocks_scalar<DType::Q5_K>;
     case DType::Q6_K: return dot_blocks_scalar<DType::Q6_K>;
     case DType::FP8_E4M3: return dot_blocks_scalar<DType::FP8_E4M3>;
+    case DType::S24_F16: return dot_blocks_scalar<DType::S24_F16>;
+    case DType::S24_Q8: return dot_blocks_scalar<DType::S24_Q8>;
+    case DType::S24_Q4: return dot_blocks_scalar<DType::S24_Q4>;
     default: return nullptr;  // int8 matrices go through their scales (w8a8_gemm.h)
   }
 }
