@@ -25,7 +25,7 @@ const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DTyp
                         DType::S24_F16, DType::S24_Q8, DType::S24_Q4};
 // The quantized GGUF block types (integer row dots and packed layouts).
 const DType kBlockTypes[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
-                             DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+                             DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::S24_Q8, DType::S24_Q4};
 
 std::vector<float> random_vector(size_t n, uint32_t seed, float scale = 1.0f) { return test::gaussian_vector(n, seed, scale); }
 
@@ -203,16 +203,19 @@ TEST(Kernels, PackedBf16GemmMatchesReference) {
 
 // The F16/BF16 weights widened in registers (the Fma16 layouts): exact weights, float activations, in
 // decode tiles (one token, whole rows) and prefill tiles (input chunks added up in y).
+// The 2:4 F16 layout too: its sparse decode tiles (up to 4 tokens) and the dense prefill of expanded groups.
 TEST(Kernels, PackedFloatGemmMatchesReferenceOnEveryIsa) {
   const size_t n_in = 1024, n_out = 48;
-  for (DType type : {DType::F16, DType::BF16}) {
+  for (DType type : {DType::F16, DType::BF16, DType::S24_F16}) {
     const auto bytes = quantized(type, random_vector(n_in * n_out, 92, 0.05f), n_in);
     const WeightMatrix m{type, static_cast<int64_t>(n_in), static_cast<int64_t>(n_out), bytes.data(), row_bytes(type, n_in)};
     const auto packed = PackedMatrix::pack(m, Isa::Avx2);
     ASSERT_TRUE(packed.has_value());
-    ASSERT_EQ(packed->layout, type == DType::F16 ? PackedLayout::F16Fma16 : PackedLayout::BF16Fma16);
+    ASSERT_EQ(packed->layout, type == DType::F16    ? PackedLayout::F16Fma16
+                              : type == DType::BF16 ? PackedLayout::BF16Fma16
+                                                    : PackedLayout::S24_F16x16);
     const PackedGemmF32Fn reference = packed_gemm_f32_reference(packed->layout);
-    for (int n_tok : {1, 2, 6, 7, 13, 40, 100}) {  // 100: more than one token block of the prefill loop
+    for (int n_tok : {1, 2, 3, 4, 6, 7, 13, 40, 100}) {  // 100: more than one token block of the prefill loop
       const auto x = random_vector(n_in * static_cast<size_t>(n_tok), 93 + static_cast<uint32_t>(n_tok));
       std::vector<float> want(n_out * n_tok);
       reference(packed->view(), x.data(), n_tok, want.data(), n_out, 0, packed->n_groups());
@@ -748,6 +751,7 @@ TEST(Quantize, TwoAndThreeBitKQuantsDecodeAsGgufLaysThemOut) {
 TEST(Quantize, BlockCodesRoundTripOnTheGrid) {
   std::mt19937 rng(9);
   for (DType type : kBlockTypes) {
+    if (!has_block_grid(type)) continue;  // the 2:4 types: a Q8_0 / Q4_0 block and positions
     SCOPED_TRACE(dtype_name(type));
     const auto& traits = dtype_traits(type);
     const auto x = random_vector(traits.block_elems, 17);

@@ -99,12 +99,40 @@ inline __m256i dot_codes(const __m256i (&q)[8], const int32_t* x4) {
   }
 }
 
+// acc[t] += the products of one 32-input block of the 32-input layout L (Q4_0, Q8_0, Q4_1, Q5_0, Q5_1) for
+// the half's 8 rows with token t's activation block xq[t * x_stride + b]: q[k] the codes of inputs 4k..4k+3
+// (Q8_0: signed; the others: u8 codes kOffset above the weight's), d (and m) the rows' scales (and mins).
+template <PackedLayout L, int T>
+inline void add_half_block_products(const __m256i (&q)[8], __m256 d, __m256 m, const BlockQ8A* xq, size_t x_stride, size_t b,
+                                    __m256 (&acc)[T]) {
+  constexpr bool kFiveBit = L == PackedLayout::Q5_0x16 || L == PackedLayout::Q5_1x16;
+  constexpr bool kMin = L == PackedLayout::Q4_1x16 || L == PackedLayout::Q5_1x16;
+  constexpr int kOffset = L == PackedLayout::Q4_0x16 ? 8 : L == PackedLayout::Q5_0x16 ? 16 : 0;  // of the nibble codes
+  KESTREL_UNROLL
+  for (int t = 0; t < T; ++t) {
+    const BlockQ8A& xb = xq[static_cast<size_t>(t) * x_stride + b];
+    const auto* x4 = reinterpret_cast<const int32_t*>(xb.qs);
+    __m256i s;
+    if constexpr (L == PackedLayout::Q8_0x16) {
+      s = _mm256_setzero_si256();
+      for (int k = 0; k < 8; ++k) {
+        const __m256i x = _mm256_set1_epi32(x4[k]);
+        s = _mm256_add_epi32(s, widen_pairs(_mm256_maddubs_epi16(_mm256_sign_epi8(q[k], q[k]), _mm256_sign_epi8(x, q[k]))));
+      }
+    } else {
+      s = dot_codes<kFiveBit ? 5 : 4>(q, x4);
+      if constexpr (kOffset != 0) s = _mm256_add_epi32(s, _mm256_set1_epi32(-kOffset * xb.sum()));
+    }
+    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_set1_ps(xb.d)), acc[t]);
+    if constexpr (kMin) acc[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(xb.d * static_cast<float>(xb.sum())), acc[t]);
+  }
+}
+
 // The 32-input layouts (Q4_0, Q8_0, Q4_1, Q5_0, Q5_1), rows [8 * half, 8 * half + 8) of group g against T tokens.
 template <PackedLayout L, int T>
 void half_tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, int half, const uint8_t* after) {
   constexpr bool kFiveBit = L == PackedLayout::Q5_0x16 || L == PackedLayout::Q5_1x16;
   constexpr bool kMin = L == PackedLayout::Q4_1x16 || L == PackedLayout::Q5_1x16;  // fp16 m[16] after d[16]
-  constexpr int kOffset = L == PackedLayout::Q4_0x16 ? 8 : L == PackedLayout::Q5_0x16 ? 16 : 0;  // of the nibble codes
   constexpr size_t kTile = kMin ? 64 : 32;  // where the codes start
   const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
   __m256 acc[T];
@@ -124,23 +152,54 @@ void half_tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
     } else {
       load_nibble_tile(blk + kTile, kFiveBit ? blk + kTile + 256 : nullptr, half, q);
     }
-    KESTREL_UNROLL
-    for (int t = 0; t < T; ++t) {
-      const BlockQ8A& xb = xq[static_cast<size_t>(t) * nb + b];
-      const auto* x4 = reinterpret_cast<const int32_t*>(xb.qs);
-      __m256i s;
-      if constexpr (L == PackedLayout::Q8_0x16) {
-        s = _mm256_setzero_si256();
-        for (int k = 0; k < 8; ++k) {
-          const __m256i x = _mm256_set1_epi32(x4[k]);
-          s = _mm256_add_epi32(s, widen_pairs(_mm256_maddubs_epi16(_mm256_sign_epi8(q[k], q[k]), _mm256_sign_epi8(x, q[k]))));
-        }
-      } else {
-        s = dot_codes<kFiveBit ? 5 : 4>(q, x4);
-        if constexpr (kOffset != 0) s = _mm256_add_epi32(s, _mm256_set1_epi32(-kOffset * xb.sum()));
+    add_half_block_products<L, T>(q, d, m, xq, nb, b, acc);
+  }
+  KESTREL_UNROLL
+  for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16 + 8 * half, acc[t]);
+}
+
+// The 2:4 layouts S24_Q8x16 and S24_Q4x16 for the half's 8 rows (see the AVX-512 kernel): each row's 2 kept
+// codes of a 4-input group spread over its 4 inputs by one byte shuffle per 16-byte lane, then the dense
+// Q8_0 (signed codes, zeros as they come) or Q4_0 (codes q ^ 8 flipped back) products.
+template <PackedLayout L, int T>
+void half_tile_s24(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, int half, const uint8_t* after) {
+  constexpr bool kQ8 = L == PackedLayout::S24_Q8x16;
+  constexpr PackedLayout kDense = kQ8 ? PackedLayout::Q8_0x16 : PackedLayout::Q4_0x16;
+  const __m256i flip = _mm256_set1_epi8(kQ8 ? 0 : 0x08);
+  const __m256i control = load256(kSparse24ShuffleControl.data());  // ids 0..7
+  const __m256i shift = load256(kSparse24IdShift.data() + 8 * half);
+  const __m256i lane_offset[2] = {load256(kSparse24LaneOffset[0].data()), load256(kSparse24LaneOffset[1].data())};
+  const __m256i low4 = _mm256_set1_epi8(0xF);
+  __m256 acc[T];
+  KESTREL_UNROLL
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  const uint8_t* group = w.data + static_cast<size_t>(g) * nb * w.block_bytes;
+  for (size_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = group + b * w.block_bytes;
+    const StreamHalf ahead = two_pass_ahead(group, half, b, T > 1 ? kPrefetchBlocks / 2 : kPrefetchBlocksDecode / 2, nb, w.block_bytes, after);
+    prefetch_block_part(ahead.block, w.block_bytes, ahead.half, 2);
+    const __m256 d = load_8_halves(blk + 16 * half);
+    __m256i kept[8];  // the half's kept codes of 4-input groups 2v, 2v + 1
+    if constexpr (kQ8) {
+      for (int v = 0; v < 8; ++v) kept[v] = load256(blk + 32 + 64 * v + 32 * half);
+    } else {
+      for (int u = 0; u < 4; ++u) {
+        const __m256i packed = load256(blk + 32 + 64 * u + 32 * half);
+        kept[u] = _mm256_and_si256(packed, low4);
+        kept[u + 4] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
       }
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_set1_ps(xb.d)), acc[t]);
-      if constexpr (kMin) acc[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(xb.d * static_cast<float>(xb.sum())), acc[t]);
+    }
+    const auto* ids = reinterpret_cast<const long long*>(blk + sparse24_ids_offset(L));  // [16 groups]
+    for (int a = 0; a < 2; ++a) {  // the block's two 32-input activation blocks
+      __m256i q[8];
+      KESTREL_UNROLL
+      for (int k = 0; k < 8; ++k) {
+        const int grp = 8 * a + k;
+        const __m256i id = _mm256_srlv_epi32(_mm256_set1_epi64x(ids[grp]), shift);
+        const __m256i ctrl = _mm256_add_epi8(_mm256_permutevar8x32_epi32(control, id), lane_offset[grp % 2]);
+        q[k] = _mm256_xor_si256(_mm256_shuffle_epi8(kept[grp / 2], ctrl), flip);
+      }
+      add_half_block_products<kDense, T>(q, d, _mm256_setzero_ps(), xq, 2 * nb, 2 * b + static_cast<size_t>(a), acc);
     }
   }
   KESTREL_UNROLL
@@ -360,6 +419,8 @@ struct Avx2Tiles {
         half_tile_q2_k<T>(w, xq, nb, y, ys, g, half, after);
       else if constexpr (L == PackedLayout::Q3_Kx16)
         half_tile_q3_k<T>(w, xq, nb, y, ys, g, half, after);
+      else if constexpr (L == PackedLayout::S24_Q8x16 || L == PackedLayout::S24_Q4x16)
+        half_tile_s24<L, T>(w, xq, nb, y, ys, g, half, after);
       else
         half_tile<L, T>(w, xq, nb, y, ys, g, half, after);
     }

@@ -53,13 +53,35 @@ inline void load_nibble_tile(const uint8_t* tile, const uint8_t* plane, __m512i 
   if (plane) add_high_bits(q, _mm512_loadu_si512(plane));
 }
 
+// acc[t] += the products of one 32-input block of the 32-input layout L (Q4_0, Q8_0, Q4_1, Q5_0, Q5_1) with
+// token t's activation block xq[t * x_stride + b]: q[k] the 16 rows' stored codes of inputs 4k..4k+3, d (and
+// m) their scales (and mins).
+template <PackedLayout L, int T>
+inline void add_block_products(const __m512i (&q)[8], __m512 d, __m512 m, const BlockQ8A* xq, size_t x_stride, size_t b,
+                               __m512 (&acc)[T]) {
+  constexpr bool kMin = L == PackedLayout::Q4_1x16 || L == PackedLayout::Q5_1x16;
+  // stored value minus this = quantized weight
+  constexpr int kOffset = L == PackedLayout::Q4_0x16 ? 8 : L == PackedLayout::Q5_0x16 ? 16 : L == PackedLayout::Q8_0x16 ? 128 : 0;
+  KESTREL_UNROLL
+  for (int t = 0; t < T; ++t) {
+    const BlockQ8A& xb = xq[static_cast<size_t>(t) * x_stride + b];
+    const auto* x4 = reinterpret_cast<const int32_t*>(xb.qs);
+    __m512i s0 = _mm512_set1_epi32(-kOffset * (xb.sum16[0] + xb.sum16[1])), s1 = _mm512_setzero_si512();
+    for (int k = 0; k < 8; k += 2) {
+      s0 = _mm512_dpbusd_epi32(s0, q[k], _mm512_set1_epi32(x4[k]));
+      s1 = _mm512_dpbusd_epi32(s1, q[k + 1], _mm512_set1_epi32(x4[k + 1]));
+    }
+    const __m512 dx = _mm512_set1_ps(xb.d);
+    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_mul_ps(d, dx), acc[t]);
+    if constexpr (kMin) acc[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(xb.d * static_cast<float>(xb.sum())), acc[t]);
+  }
+}
+
 // The 32-input layouts: Q4_0, Q8_0, Q4_1, Q5_0, Q5_1 (packed_matrix.h).
 template <PackedLayout L, int T>
 void tile_32(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, const uint8_t* after) {
   constexpr bool kFiveBit = L == PackedLayout::Q5_0x16 || L == PackedLayout::Q5_1x16;
   constexpr bool kMin = L == PackedLayout::Q4_1x16 || L == PackedLayout::Q5_1x16;  // fp16 m[16] after d[16]
-  // stored value minus this = quantized weight
-  constexpr int kOffset = L == PackedLayout::Q4_0x16 ? 8 : L == PackedLayout::Q5_0x16 ? 16 : L == PackedLayout::Q8_0x16 ? 128 : 0;
   constexpr size_t kTile = kMin ? 64 : 32;  // where the codes start
   __m512 acc[T];
   KESTREL_UNROLL
@@ -78,18 +100,53 @@ void tile_32(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, i
     } else {
       load_nibble_tile(blk + kTile, kFiveBit ? blk + kTile + 256 : nullptr, q);
     }
-    KESTREL_UNROLL
-    for (int t = 0; t < T; ++t) {
-      const BlockQ8A& xb = xq[static_cast<size_t>(t) * nb + b];
-      const auto* x4 = reinterpret_cast<const int32_t*>(xb.qs);
-      __m512i s0 = _mm512_set1_epi32(-kOffset * (xb.sum16[0] + xb.sum16[1])), s1 = _mm512_setzero_si512();
-      for (int k = 0; k < 8; k += 2) {
-        s0 = _mm512_dpbusd_epi32(s0, q[k], _mm512_set1_epi32(x4[k]));
-        s1 = _mm512_dpbusd_epi32(s1, q[k + 1], _mm512_set1_epi32(x4[k + 1]));
+    add_block_products<L, T>(q, d, m, xq, nb, b, acc);
+  }
+  KESTREL_UNROLL
+  for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16, acc[t]);
+}
+
+// The 2:4 layouts S24_Q8x16 and S24_Q4x16 (packed_matrix.h, packed_sparse24.h): per 4-input group, the rows'
+// pattern ids pick byte-shuffle controls from a table, and one shuffle per 16-byte lane spreads each row's 2
+// kept codes over its 4 inputs (zeros elsewhere); the dense Q8_0 / Q4_0 products follow.
+template <PackedLayout L, int T>
+void tile_s24(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, const uint8_t* after) {
+  constexpr bool kQ8 = L == PackedLayout::S24_Q8x16;
+  constexpr PackedLayout kDense = kQ8 ? PackedLayout::Q8_0x16 : PackedLayout::Q4_0x16;
+  // a zero code expanded -> the dense layout's stored zero (Q8_0x16: q + 128; Q4_0x16: q + 8, stored q ^ 8)
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(kQ8 ? 0x80 : 0x08));
+  const __m512i control = _mm512_loadu_si512(kSparse24ShuffleControl.data());
+  const __m512i shift = _mm512_loadu_si512(kSparse24IdShift.data());
+  const __m512i lane_offset[2] = {_mm512_loadu_si512(kSparse24LaneOffset[0].data()), _mm512_loadu_si512(kSparse24LaneOffset[1].data())};
+  const __m512i low4 = _mm512_set1_epi8(0xF);
+  __m512 acc[T];
+  KESTREL_UNROLL
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (size_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = w.data + (static_cast<size_t>(g) * static_cast<size_t>(w.n_blocks) + b) * w.block_bytes;
+    prefetch_block(block_ahead(blk, b, T > 1 ? kPrefetchBlocks / 2 : kPrefetchBlocksDecode / 2, nb, w.block_bytes, after), w.block_bytes);
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));  // [16] row scales
+    __m512i kept[8];  // kept codes of 4-input groups 2v, 2v + 1
+    if constexpr (kQ8) {
+      for (int v = 0; v < 8; ++v) kept[v] = _mm512_loadu_si512(blk + 32 + 64 * v);
+    } else {
+      for (int u = 0; u < 4; ++u) {
+        const __m512i packed = _mm512_loadu_si512(blk + 32 + 64 * u);
+        kept[u] = _mm512_and_si512(packed, low4);
+        kept[u + 4] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low4);
       }
-      const __m512 dx = _mm512_set1_ps(xb.d);
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_mul_ps(d, dx), acc[t]);
-      if constexpr (kMin) acc[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(xb.d * static_cast<float>(xb.sum())), acc[t]);
+    }
+    const auto* ids = reinterpret_cast<const long long*>(blk + sparse24_ids_offset(L));  // [16 groups]
+    for (int a = 0; a < 2; ++a) {  // the block's two 32-input activation blocks
+      __m512i q[8];
+      KESTREL_UNROLL
+      for (int k = 0; k < 8; ++k) {
+        const int group = 8 * a + k;
+        const __m512i id = _mm512_srlv_epi32(_mm512_set1_epi64(ids[group]), shift);
+        const __m512i ctrl = _mm512_add_epi8(_mm512_permutexvar_epi32(id, control), lane_offset[group % 2]);
+        q[k] = _mm512_xor_si512(_mm512_shuffle_epi8(kept[group / 2], ctrl), flip);
+      }
+      add_block_products<kDense, T>(q, d, _mm512_setzero_ps(), xq, 2 * nb, 2 * b + static_cast<size_t>(a), acc);
     }
   }
   KESTREL_UNROLL
@@ -328,6 +385,8 @@ struct Avx512Tiles {
       tile_q2_k<T>(w, xq, nb, y, ys, g, after);
     else if constexpr (L == PackedLayout::Q3_Kx16)
       tile_q3_k<T>(w, xq, nb, y, ys, g, after);
+    else if constexpr (L == PackedLayout::S24_Q8x16 || L == PackedLayout::S24_Q4x16)
+      tile_s24<L, T>(w, xq, nb, y, ys, g, after);
     else
       tile_32<L, T>(w, xq, nb, y, ys, g, after);
   }

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "compute/cpu/packed_matrix.h"
+#include "compute/cpu/packed_sparse24.h"
 
 namespace kestrel {
 namespace {
@@ -55,6 +56,25 @@ void packed_gemm(PackedView w, const BlockQ8A* xq, int n_tok, float* y, size_t y
       });
 }
 
+// Up to this many tokens the 2:4 kernels multiply the sparse bytes; beyond, each group is expanded once into
+// the dense layout and the dense kernel runs, which costs what dense prefill does.
+constexpr int kSparse24DirectTokens = 8;
+
+// A 2:4 layout's GEMM: Tiles::template tile<L, T> for a few tokens, else group by group expanded into a
+// thread's buffer and the dense layout's tiles.
+template <class Tiles, PackedLayout L>
+void sparse24_gemm(PackedView w, const BlockQ8A* xq, int n_tok, float* y, size_t ys, int64_t group_begin, int64_t group_end) {
+  if (n_tok <= kSparse24DirectTokens) return packed_gemm<Tiles, L>(w, xq, n_tok, y, ys, group_begin, group_end);
+  constexpr PackedLayout kDense = L == PackedLayout::S24_Q8x16 ? PackedLayout::Q8_0x16 : PackedLayout::Q4_0x16;
+  uint8_t* dense = sparse24_group_buffer(sparse24_dense_group_bytes(L, w.n_blocks * 64));  // one group, dense layout
+  for (int64_t g = group_begin; g < group_end; ++g) {
+    expand_sparse24_group(L, w, g, dense);
+    const uint8_t* next = g + 1 < group_end ? w.data + static_cast<size_t>(g + 1) * static_cast<size_t>(w.n_blocks) * w.block_bytes : w.next;
+    const PackedView d{dense, w.n_blocks * 2, sparse24_dense_group_bytes(L, 32), next, w.accumulate};
+    packed_gemm<Tiles, kDense>(d, xq, n_tok, y + static_cast<size_t>(g) * PackedMatrix::kRows, ys, 0, 1);
+  }
+}
+
 // The integer layouts' GEMMs of one ISA (nullptr for the float layouts, which have their own kernels, and
 // for the layouts past the first four where Tiles::kAllLayouts is false).
 template <class Tiles>
@@ -74,6 +94,8 @@ PackedGemmFn packed_gemm_table(PackedLayout layout) {
       case PackedLayout::Q5_Kx16: return packed_gemm<Tiles, PackedLayout::Q5_Kx16>;
       case PackedLayout::Q2_Kx16: return packed_gemm<Tiles, PackedLayout::Q2_Kx16>;
       case PackedLayout::Q3_Kx16: return packed_gemm<Tiles, PackedLayout::Q3_Kx16>;
+      case PackedLayout::S24_Q8x16: return sparse24_gemm<Tiles, PackedLayout::S24_Q8x16>;
+      case PackedLayout::S24_Q4x16: return sparse24_gemm<Tiles, PackedLayout::S24_Q4x16>;
       default: break;
     }
   }

@@ -168,8 +168,9 @@ void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, float* y, i
     });
     return;
   }
-  if (w.packed && (w.packed->layout == PackedLayout::F16Fma16 || w.packed->layout == PackedLayout::BF16Fma16)) {
-    // F16/BF16 weights widened in registers, float activations as they are.
+  if (w.packed && (w.packed->layout == PackedLayout::F16Fma16 || w.packed->layout == PackedLayout::BF16Fma16 ||
+                   w.packed->layout == PackedLayout::S24_F16x16)) {
+    // F16/BF16 weights (dense or 2:4) widened in registers, float activations as they are.
     const PackedGemmF32Fn gemm = packed_gemm_f32_kernel(w.packed->layout, detected_isa());
     pool.parallel_for_dynamic(static_cast<size_t>(w.packed->n_groups()), kMinGroupsPerTake, [&](size_t begin, size_t end, int) {
       gemm(w.packed->view(w.packed->after_group(static_cast<int64_t>(end), nullptr), add_into_y), x, n_tok, y, n_out,

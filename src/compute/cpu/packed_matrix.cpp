@@ -1,5 +1,7 @@
 #include "compute/cpu/packed_matrix.h"
 
+#include "compute/cpu/packed_sparse24.h"
+
 #include <cstdlib>
 #include <cstring>
 
@@ -65,6 +67,7 @@ constexpr LayoutInfo kIntegerLayouts[] = {
     {DType::Q5_1, PackedLayout::Q5_1x16, 32, 64 + 256 + 64},  {DType::Q4_K, PackedLayout::Q4_Kx16, 256, 2304},
     {DType::Q5_K, PackedLayout::Q5_Kx16, 256, 2304 + 512},    {DType::Q6_K, PackedLayout::Q6_Kx16, 256, 3360},
     {DType::Q2_K, PackedLayout::Q2_Kx16, 256, 64 + 256 + 8 * 128}, {DType::Q3_K, PackedLayout::Q3_Kx16, 256, 32 + 192 + 8 * 192},
+    {DType::S24_Q8, PackedLayout::S24_Q8x16, 64, 672},        {DType::S24_Q4, PackedLayout::S24_Q4x16, 64, 416},
 };
 const LayoutInfo* integer_layout(DType type) {
   for (const LayoutInfo& l : kIntegerLayouts)
@@ -82,6 +85,9 @@ bool PackedMatrix::supports(DType type, int64_t n_in, int64_t n_out, Isa isa) {
   if (const LayoutInfo* l = integer_layout(type))
     return n_in % l->block_inputs == 0 && (x86 || (isa == Isa::Neon && packed_gemm_kernel_neon(l->layout) != nullptr));
   if (type == DType::F16 || type == DType::BF16) return n_in % 32 == 0 && (x86 || isa == Isa::Neon);
+  if (type == DType::S24_F16)
+    return n_in % 64 == 0 && ((x86 && packed_gemm_f32_kernel_avx2(PackedLayout::S24_F16x16)) ||
+                              (isa == Isa::Neon && packed_gemm_f32_kernel_neon(PackedLayout::S24_F16x16)));
   return false;
 }
 
@@ -99,6 +105,10 @@ std::optional<PackedMatrix> PackedMatrix::pack(const WeightMatrix& w, Isa isa) {
     else p.layout = w.type == DType::F16 ? PackedLayout::F16Fma16 : PackedLayout::BF16Fma16;
     p.block_inputs = 32;
     p.block_bytes = 1024;
+  } else if (w.type == DType::S24_F16) {
+    p.layout = PackedLayout::S24_F16x16;
+    p.block_inputs = 64;
+    p.block_bytes = 1152;
   } else {
     return std::nullopt;
   }
@@ -112,6 +122,14 @@ std::optional<PackedMatrix> PackedMatrix::pack(const WeightMatrix& w, Isa isa) {
         return w.row(g * kRows + i) + row_bytes(w.type, static_cast<size_t>(b) * static_cast<size_t>(p.block_inputs));
       };
       switch (p.layout) {
+        case PackedLayout::S24_Q8x16:
+        case PackedLayout::S24_Q4x16:
+        case PackedLayout::S24_F16x16: {
+          const uint8_t* rows[kRows];
+          for (int i = 0; i < kRows; ++i) rows[i] = row_block(i);
+          pack_sparse24_block(p.layout, rows, out);
+          break;
+        }
         case PackedLayout::Q4_1x16:
         case PackedLayout::Q5_0x16:
         case PackedLayout::Q5_1x16: {
@@ -249,6 +267,9 @@ std::optional<PackedMatrix> PackedMatrix::pack(const WeightMatrix& w, Isa isa) {
 void unpack_block_row(PackedLayout layout, const uint8_t* blk, int i, float* out) {
   const auto* halves = reinterpret_cast<const uint16_t*>(blk);
   switch (layout) {
+    case PackedLayout::S24_Q8x16:
+    case PackedLayout::S24_Q4x16:
+    case PackedLayout::S24_F16x16: unpack_sparse24_block_row(layout, blk, i, out); break;
     case PackedLayout::BF16x16:
       for (int k = 0; k < 32; ++k) out[k] = bf16_to_fp32(halves[(k / 2) * 32 + i * 2 + k % 2]);
       break;

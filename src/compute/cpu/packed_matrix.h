@@ -34,6 +34,14 @@
 //   F16Fma16 / BF16Fma16 (32 inputs): 32 x 16 weights as in the file (fp16 or bf16 bits), input-major:
 //                         (input k, row) at 2 * (16 k + row); widened to fp32 in registers and multiplied
 //                         with float activations by FMA (exact: no rounding of the weights).        1024 bytes
+// The 2:4 sparse layouts (64 inputs: one file block of quant/sparse24.h per row; compute/cpu/packed_sparse24.h
+// for the pattern ids, 16 groups x 8 bytes at the end of each block):
+//   S24_Q8x16:  fp16 d[16]; 8 kept vectors of 64 bytes, vector v holding 4-input groups 2v and 2v + 1: byte
+//               16 L + 8 e + 2 (r % 4) + s = int8 kept value s of row r = 4 L + r % 4 in group 2v + e (a byte
+//               shuffle within each 16-byte lane expands them to the Q8_0x16 tile); pattern ids.    672 bytes
+//   S24_Q4x16:  fp16 d[16]; 4 x 64 bytes: byte i of u holds kept vector u's code in its low nibble and kept
+//               vector u + 4's in its high one, each q ^ 8 (so a zero expands to q = 8, w = 0); ids. 416 bytes
+//   S24_F16x16: fp16 kept values (group k, value s, row) at 2 (32 k + 16 s + row); pattern ids.      1152 bytes
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -47,14 +55,15 @@
 namespace kestrel {
 
 enum class PackedLayout {
-  Q4_0x16, Q8_0x16, Q4_Kx16, Q6_Kx16, BF16x16, F16Fma16, BF16Fma16, Q4_1x16, Q5_0x16, Q5_1x16, Q5_Kx16, Q2_Kx16, Q3_Kx16
+  Q4_0x16, Q8_0x16, Q4_Kx16, Q6_Kx16, BF16x16, F16Fma16, BF16Fma16, Q4_1x16, Q5_0x16, Q5_1x16, Q5_Kx16, Q2_Kx16, Q3_Kx16,
+  S24_Q8x16, S24_Q4x16, S24_F16x16
 };
 
 // Whether the layout is multiplied by 8-bit activation blocks (PackedGemmFn).
 inline bool packed_layout_is_integer(PackedLayout l) {
-  return l != PackedLayout::BF16x16 && l != PackedLayout::F16Fma16 && l != PackedLayout::BF16Fma16;
+  return l != PackedLayout::BF16x16 && l != PackedLayout::F16Fma16 && l != PackedLayout::BF16Fma16 && l != PackedLayout::S24_F16x16;
 }
-// Inputs per packed block: 256 for the K-quant layouts, else 32.
+// Inputs per packed block: 256 for the K-quant layouts, 64 for the 2:4 ones, else 32.
 constexpr int packed_block_inputs(PackedLayout l) {
   switch (l) {
     case PackedLayout::Q2_Kx16:
@@ -62,6 +71,9 @@ constexpr int packed_block_inputs(PackedLayout l) {
     case PackedLayout::Q4_Kx16:
     case PackedLayout::Q5_Kx16:
     case PackedLayout::Q6_Kx16: return 256;
+    case PackedLayout::S24_Q8x16:
+    case PackedLayout::S24_Q4x16:
+    case PackedLayout::S24_F16x16: return 64;
     default: return 32;
   }
 }

@@ -37,15 +37,16 @@ namespace {
 template <PackedLayout L, typename Act>
 void float_reference(PackedView w, int n_tok, float* y, size_t y_stride, int64_t group_begin, int64_t group_end,
                      const Act& act) {
+  constexpr int kInputs = packed_block_inputs(L);
   const int64_t nb = w.n_blocks;
-  float weights[32];
+  float weights[kInputs];
   for (int64_t g = group_begin; g < group_end; ++g)
     for (int i = 0; i < PackedMatrix::kRows; ++i)
       for (int t = 0; t < n_tok; ++t) {
         double sum = 0;
         for (int64_t b = 0; b < nb; ++b) {
           unpack_block_row(L, w.data + static_cast<size_t>(g * nb + b) * w.block_bytes, i, weights);
-          for (int k = 0; k < 32; ++k) sum += static_cast<double>(weights[k]) * act(t, static_cast<size_t>(b * 32 + k));
+          for (int k = 0; k < kInputs; ++k) sum += static_cast<double>(weights[k]) * act(t, static_cast<size_t>(b * kInputs + k));
         }
         float& out = y[static_cast<size_t>(t) * y_stride + static_cast<size_t>(g) * PackedMatrix::kRows + i];
         out = w.accumulate ? out + static_cast<float>(sum) : static_cast<float>(sum);
@@ -55,7 +56,7 @@ void float_reference(PackedView w, int n_tok, float* y, size_t y_stride, int64_t
 template <PackedLayout L>
 void f32_reference(PackedView w, const float* x, int n_tok, float* y, size_t y_stride, int64_t group_begin,
                    int64_t group_end) {
-  const size_t n_in = static_cast<size_t>(w.n_blocks) * 32;
+  const size_t n_in = static_cast<size_t>(w.n_blocks) * packed_block_inputs(L);
   float_reference<L>(w, n_tok, y, y_stride, group_begin, group_end,
                      [&](int t, size_t i) { return x[static_cast<size_t>(t) * n_in + i]; });
 }
@@ -72,6 +73,7 @@ PackedGemmF32Fn packed_gemm_f32_reference(PackedLayout layout) {
   switch (layout) {
     case PackedLayout::F16Fma16: return f32_reference<PackedLayout::F16Fma16>;
     case PackedLayout::BF16Fma16: return f32_reference<PackedLayout::BF16Fma16>;
+    case PackedLayout::S24_F16x16: return f32_reference<PackedLayout::S24_F16x16>;
     default: return nullptr;
   }
 }
@@ -80,7 +82,8 @@ PackedGemmFn packed_gemm_reference(PackedLayout layout) {
   switch (layout) {
     case PackedLayout::BF16x16: return nullptr;  // takes bf16 activations: packed_gemm_bf16_reference
     case PackedLayout::F16Fma16:
-    case PackedLayout::BF16Fma16: return nullptr;  // take float activations: packed_gemm_f32_reference
+    case PackedLayout::BF16Fma16:
+    case PackedLayout::S24_F16x16: return nullptr;  // take float activations: packed_gemm_f32_reference
     case PackedLayout::Q4_0x16: return reference<PackedLayout::Q4_0x16>;
     case PackedLayout::Q8_0x16: return reference<PackedLayout::Q8_0x16>;
     case PackedLayout::Q4_Kx16: return reference<PackedLayout::Q4_Kx16>;
@@ -91,6 +94,8 @@ PackedGemmFn packed_gemm_reference(PackedLayout layout) {
     case PackedLayout::Q5_Kx16: return reference<PackedLayout::Q5_Kx16>;
     case PackedLayout::Q2_Kx16: return reference<PackedLayout::Q2_Kx16>;
     case PackedLayout::Q3_Kx16: return reference<PackedLayout::Q3_Kx16>;
+    case PackedLayout::S24_Q8x16: return reference<PackedLayout::S24_Q8x16>;
+    case PackedLayout::S24_Q4x16: return reference<PackedLayout::S24_Q4x16>;
   }
   return nullptr;
 }
