@@ -249,7 +249,8 @@ BENCHMARK_CAPTURE(BM_AttentionDecode, tq3, kestrel::KvType::TQ3)->Args({512, 16}
 void register_all() {
   for (Isa isa : kestrel::runnable_isas()) {
     if (isa == Isa::Scalar) continue;
-    for (DType type : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K})
+    for (DType type : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K,
+                       DType::Q5_K, DType::Q6_K, DType::S24_Q8, DType::S24_Q4})
       for (size_t rows : {size_t{2048}, size_t{32768}})
         for (int n_tok : {1, 2, 4, 8, 64})
           benchmark::RegisterBenchmark((std::string("packed_gemm/") + kestrel::dtype_name(type) + "/" +
@@ -259,14 +260,15 @@ void register_all() {
   }
   for (Isa isa : kestrel::runnable_isas()) {
     if (isa == Isa::Scalar) continue;
-    for (DType type : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K})
+    for (DType type : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K,
+                       DType::Q5_K, DType::Q6_K, DType::S24_Q8, DType::S24_Q4})
       benchmark::RegisterBenchmark((std::string("packed_gemv_stream_2t/") + kestrel::dtype_name(type) + "/" +
                                     kestrel::isa_name(isa)).c_str(),
                                    BM_PackedGemvStream, type, isa)->UseRealTime();
   }
   for (Isa isa : kestrel::runnable_isas()) {
     if (isa == Isa::Scalar) continue;
-    for (DType type : {DType::F16, DType::BF16})
+    for (DType type : {DType::F16, DType::BF16, DType::S24_F16})
       for (int n_tok : {1, 8, 512})
         benchmark::RegisterBenchmark((std::string("packed_gemm_float/") + kestrel::dtype_name(type) + "/" +
                                       kestrel::isa_name(isa) + "/rows:2048/tokens:" + std::to_string(n_tok)).c_str(),

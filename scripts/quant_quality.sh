@@ -16,20 +16,8 @@ entries=("$@")
   "Q4_0 rtn --pure" "Q4_0 imatrix --pure" "Q4_0 gptq --pure" "Q4_0 gptq --pure --gptq-act-order")
 work=${KESTREL_QUANT_WORK:-$(mktemp -d)}
 [ -n "${KESTREL_QUANT_WORK:-}" ] || trap 'rm -rf "$work"' EXIT
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build build -j 2 --target kestrel >/dev/null
-sample() {  # FIRST_SEED -> text
-  for s in $(seq "$1" $(($1 + samples - 1))); do
-    ./build/kestrel generate -m "$model" -p "Once upon a time" -n "$tokens" --temp 1 -s "$s" -ctk f32 -ctv f32 2>/dev/null
-    echo
-  done
-}
-[ -s "$work/eval.txt" ] || sample 9001 >"$work/eval.txt"
-[ -s "$work/calib.txt" ] || sample 7001 >"$work/calib.txt"
-ppl() { ./build/kestrel perplexity -f "$work/eval.txt" -c "$ctx" -ctk f32 -ctv f32 "$@" 2>&1; }
-base=$(ppl -m "$model" --kl-divergence-base "$work/base.lpb")
-echo "model $(basename "$model"): evaluation $(wc -c <"$work/eval.txt") bytes, $(echo "$base" | grep -o '[0-9]* tokens scored'), chunks of $ctx;" \
-  "calibration $(wc -c <"$work/calib.txt") bytes (disjoint seeds); base PPL $(echo "$base" | sed -n 's/Final estimate: PPL = \([0-9.]*\).*/\1/p')"
-echo
+# shellcheck source=scripts/quality_common.sh
+source scripts/quality_common.sh
 echo "| type | method | bits/weight | file MiB | PPL | mean KLD | 99% KLD | same top-1 |"
 echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
 for entry in "${entries[@]}"; do
@@ -40,11 +28,6 @@ for entry in "${entries[@]}"; do
     calib=(--calib "$work/calib.txt" -c "$ctx")
   # shellcheck disable=SC2086
   report=$(./build/kestrel quantize "$model" "$out_file" "$type" --method "$method" "${calib[@]}" $flags 2>/dev/null | tail -n 1)
-  out=$(ppl -m "$out_file" --kl-divergence-base "$work/base.lpb" --kl-divergence)
   echo "| $type${flags:+ $flags} | $method | $(echo "$report" | sed -n 's/.* \([0-9.]*\) bits per converted weight.*/\1/p') |" \
-    "$(awk -v b="$(stat -c %s "$out_file")" 'BEGIN {printf "%.3f", b / 1048576}') |" \
-    "$(echo "$out" | sed -n 's/Final estimate: PPL = \([0-9.]*\).*/\1/p') |" \
-    "$(echo "$out" | sed -n 's/Mean KLD: *\([0-9.e-]*\).*/\1/p') |" \
-    "$(echo "$out" | sed -n 's/99.0% KLD: *\([0-9.e-]*\).*/\1/p') |" \
-    "$(echo "$out" | sed -n 's/Same top p: *\([0-9.]*\).*/\1/p')% |"
+    "$(quality_cells "$out_file")"
 done

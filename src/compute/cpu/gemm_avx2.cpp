@@ -6,6 +6,8 @@
 // cannot saturate. Compiled with AVX2 flags; internal linkage throughout.
 #include <immintrin.h>
 
+#include <cstring>
+
 #include "compute/cpu/gemm_driver.h"
 #include "compute/cpu/gemm_prefetch.h"
 #include "compute/cpu/packed_matrix.h"
@@ -158,52 +160,112 @@ void half_tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
   for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16 + 8 * half, acc[t]);
 }
 
-// The 2:4 layouts S24_Q8x16 and S24_Q4x16 for the half's 8 rows (see the AVX-512 kernel): each row's 2 kept
-// codes of a 4-input group spread over its 4 inputs by one byte shuffle per 16-byte lane, then the dense
-// Q8_0 (signed codes, zeros as they come) or Q4_0 (codes q ^ 8 flipped back) products.
+// The 2:4 layouts S24_Q8x16 and S24_Q4x16 for the half's 8 rows, a few tokens (see the AVX-512 kernel): per
+// pair of 4-input groups one byte shuffle gathers the activations at each row's 4 kept inputs, and maddubs
+// multiplies them with the 4 kept weights. Q8: |w| and sign-adjusted activations, so nothing saturates;
+// Q4: activations as x + 128 (Avx2Tiles::sparse_unsigned; |w| <= 8 keeps maddubs' pairs in range) and 128 x
+// the weight sums, taken once for all tokens, off at the end of each activation block.
 template <PackedLayout L, int T>
 void half_tile_s24(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, int half, const uint8_t* after) {
   constexpr bool kQ8 = L == PackedLayout::S24_Q8x16;
-  constexpr PackedLayout kDense = kQ8 ? PackedLayout::Q8_0x16 : PackedLayout::Q4_0x16;
-  const __m256i flip = _mm256_set1_epi8(kQ8 ? 0 : 0x08);
-  const __m256i control = load256(kSparse24ShuffleControl.data());  // ids 0..7
-  const __m256i shift = load256(kSparse24IdShift.data() + 8 * half);
-  const __m256i lane_offset[2] = {load256(kSparse24LaneOffset[0].data()), load256(kSparse24LaneOffset[1].data())};
-  const __m256i low4 = _mm256_set1_epi8(0xF);
+  const __m256i first = load256(kSparse24Gather[0].data()), second = load256(kSparse24Gather[1].data());  // masks & 7
+  const __m256i low4 = _mm256_set1_epi8(0xF), eight = _mm256_set1_epi8(8), ones = _mm256_set1_epi8(1);
   __m256 acc[T];
   KESTREL_UNROLL
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   const uint8_t* group = w.data + static_cast<size_t>(g) * nb * w.block_bytes;
   for (size_t b = 0; b < nb; ++b) {
     const uint8_t* blk = group + b * w.block_bytes;
-    const StreamHalf ahead = two_pass_ahead(group, half, b, T > 1 ? kPrefetchBlocks / 2 : kPrefetchBlocksDecode / 2, nb, w.block_bytes, after);
+    const StreamHalf ahead = two_pass_ahead(group, half, b, T > 1 ? kPrefetchBlocks : kPrefetchBlocksDecode, nb, w.block_bytes, after);
     prefetch_block_part(ahead.block, w.block_bytes, ahead.half, 2);
     const __m256 d = load_8_halves(blk + 16 * half);
-    __m256i kept[8];  // the half's kept codes of 4-input groups 2v, 2v + 1
-    if constexpr (kQ8) {
-      for (int v = 0; v < 8; ++v) kept[v] = load256(blk + 32 + 64 * v + 32 * half);
-    } else {
-      for (int u = 0; u < 4; ++u) {
-        const __m256i packed = load256(blk + 32 + 64 * u + 32 * half);
-        kept[u] = _mm256_and_si256(packed, low4);
-        kept[u + 4] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
-      }
-    }
-    const auto* ids = reinterpret_cast<const long long*>(blk + sparse24_ids_offset(L));  // [16 groups]
+    const uint8_t* masks = blk + sparse24_masks_offset(L) + 8 * half;
     for (int a = 0; a < 2; ++a) {  // the block's two 32-input activation blocks
-      __m256i q[8];
+      // per row: int32 sums (Q8), or int16 pairs (Q4: 4 x 2 x 255 x 8 < 2^15) and the weights' int16 pair sums
+      __m256i sum[T], weight_sum = _mm256_setzero_si256();
       KESTREL_UNROLL
-      for (int k = 0; k < 8; ++k) {
-        const int grp = 8 * a + k;
-        const __m256i id = _mm256_srlv_epi32(_mm256_set1_epi64x(ids[grp]), shift);
-        const __m256i ctrl = _mm256_add_epi8(_mm256_permutevar8x32_epi32(control, id), lane_offset[grp % 2]);
-        q[k] = _mm256_xor_si256(_mm256_shuffle_epi8(kept[grp / 2], ctrl), flip);
+      for (int t = 0; t < T; ++t) sum[t] = _mm256_setzero_si256();
+      for (int p = 0; p < 4; ++p) {  // pairs of groups
+        const int v = 4 * a + p;
+        const __m256i m = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(masks + 16 * v)));
+        const __m256i ctrl = _mm256_or_si256(_mm256_permutevar8x32_epi32(first, m), _mm256_permutevar8x32_epi32(second, _mm256_srli_epi32(m, 4)));
+        if constexpr (kQ8) {
+          const __m256i wv = load256(blk + 32 + 64 * v + 32 * half);  // [8 rows][4] signed
+          const __m256i magnitude = _mm256_sign_epi8(wv, wv);
+          KESTREL_UNROLL
+          for (int t = 0; t < T; ++t) {
+            const BlockQ8A& xb = xq[static_cast<size_t>(t) * 2 * nb + 2 * b + static_cast<size_t>(a)];
+            long long x8;
+            std::memcpy(&x8, xb.qs + 8 * p, 8);
+            const __m256i xg = _mm256_shuffle_epi8(_mm256_set1_epi64x(x8), ctrl);
+            sum[t] = _mm256_add_epi32(sum[t], widen_pairs(_mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(xg, wv))));
+          }
+        } else {
+          const __m256i packed = load256(blk + 32 + 64 * p + 32 * half);
+          const __m256i wv = _mm256_sub_epi8(_mm256_and_si256(a == 0 ? packed : _mm256_srli_epi16(packed, 4), low4), eight);
+          weight_sum = _mm256_add_epi16(weight_sum, _mm256_maddubs_epi16(ones, wv));
+          KESTREL_UNROLL
+          for (int t = 0; t < T; ++t) {
+            const BlockQ8A& xb = xq[static_cast<size_t>(t) * 2 * nb + 2 * b + static_cast<size_t>(a)];
+            long long x8;  // codes + 128
+            std::memcpy(&x8, xb.qs + 8 * p, 8);
+            sum[t] = _mm256_add_epi16(sum[t], _mm256_maddubs_epi16(_mm256_shuffle_epi8(_mm256_set1_epi64x(x8), ctrl), wv));
+          }
+        }
       }
-      add_half_block_products<kDense, T>(q, d, _mm256_setzero_ps(), xq, 2 * nb, 2 * b + static_cast<size_t>(a), acc);
+      const __m256i offset_terms = _mm256_slli_epi32(widen_pairs(weight_sum), 7);  // Q4: 128 x sum of w
+      KESTREL_UNROLL
+      for (int t = 0; t < T; ++t) {
+        const float dx = xq[static_cast<size_t>(t) * 2 * nb + 2 * b + static_cast<size_t>(a)].d;
+        const __m256i s32 = kQ8 ? sum[t] : _mm256_sub_epi32(widen_pairs(sum[t]), offset_terms);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), _mm256_mul_ps(d, _mm256_set1_ps(dx)), acc[t]);
+      }
     }
   }
   KESTREL_UNROLL
   for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16 + 8 * half, acc[t]);
+}
+
+// Group g of a 2:4 layout in its dense layout (Q8_0x16 or Q4_0x16) at out, 8 rows at a time (see the
+// AVX-512 expansion).
+template <PackedLayout L>
+void expand_s24(const PackedView& w, int64_t g, uint8_t* out) {
+  constexpr bool kQ8 = L == PackedLayout::S24_Q8x16;
+  constexpr size_t kDenseBlock = kQ8 ? 32 + 512 : 32 + 256;
+  const __m256i control = load256(kSparse24Expand.data());
+  const __m256i lane_offset[2] = {load256(kSparse24ExpandOffset[0].data()), load256(kSparse24ExpandOffset[1].data())};
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(kQ8 ? 0x80 : 8)), low4 = _mm256_set1_epi8(0xF);
+  for (int64_t b = 0; b < w.n_blocks; ++b) {
+    const uint8_t* blk = w.data + static_cast<size_t>(g * w.n_blocks + b) * w.block_bytes;
+    for (int a = 0; a < 2; ++a) {
+      uint8_t* dense = out + static_cast<size_t>(2 * b + a) * kDenseBlock;
+      std::memcpy(dense, blk, 32);  // the rows' scales
+      for (int half = 0; half < 2; ++half) {
+        const uint8_t* masks = blk + sparse24_masks_offset(L) + 8 * half;
+        __m256i q[8];  // dense codes of groups 8a + k, the half's rows
+        for (int k = 0; k < 8; ++k) {
+          const int v = 4 * a + k / 2, e = k % 2;
+          __m256i m = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(masks + 16 * v)));
+          if (e) m = _mm256_srli_epi32(m, 4);
+          const __m256i ctrl = _mm256_add_epi8(_mm256_permutevar8x32_epi32(control, m), lane_offset[e]);
+          __m256i kept;  // [8 rows][4] the pair's kept codes (Q4: flipped so that a zero expands to 8)
+          if constexpr (kQ8) {
+            kept = load256(blk + 32 + 64 * v + 32 * half);
+          } else {
+            const __m256i packed = load256(blk + 32 + 64 * (v % 4) + 32 * half);
+            kept = _mm256_xor_si256(_mm256_and_si256(v < 4 ? packed : _mm256_srli_epi16(packed, 4), low4), flip);
+          }
+          q[k] = _mm256_xor_si256(_mm256_shuffle_epi8(kept, ctrl), flip);
+        }
+        auto* dst = reinterpret_cast<__m256i*>(dense + 32 + 32 * half);  // + 2 per 64 bytes
+        if constexpr (kQ8) {
+          for (int k = 0; k < 8; ++k) _mm256_storeu_si256(dst + 2 * k, q[k]);
+        } else {
+          for (int k = 0; k < 4; ++k) _mm256_storeu_si256(dst + 2 * k, _mm256_or_si256(q[k], _mm256_slli_epi16(q[k + 4], 4)));
+        }
+      }
+    }
+  }
 }
 
 // The 8 sub-blocks' scales and mins of the half's 8 rows, out[0][j] and out[1][j], from the packed 6-bit
@@ -406,6 +468,8 @@ void half_tile_q6_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_
 // The tiles of each layout, for the shared driver (gemm_driver.h).
 struct Avx2Tiles {
   static constexpr bool kAllLayouts = true;
+  // The 2:4 Q4 tiles take activation codes as x + 128 (255 x 8 x 2 fits maddubs' int16), the Q8 ones as they are.
+  static constexpr bool sparse_unsigned(PackedLayout l) { return l == PackedLayout::S24_Q4x16; }
   static constexpr int kTokens = 4;  // tokens per register tile
   static constexpr int64_t kGroupChunk = 4;  // row groups whose weights stay in cache while token tiles pass
   template <PackedLayout L, int T>
@@ -425,6 +489,8 @@ struct Avx2Tiles {
         half_tile<L, T>(w, xq, nb, y, ys, g, half, after);
     }
   }
+  template <PackedLayout L>
+  static void expand(const PackedView& w, int64_t g, uint8_t* out) { expand_s24<L>(w, g, out); }
 };
 
 }  // namespace

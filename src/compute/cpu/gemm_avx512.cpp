@@ -3,6 +3,8 @@
 // Compiled with AVX-512 flags and only entered after run-time detection; internal linkage throughout.
 #include <immintrin.h>
 
+#include <cstring>
+
 #include "compute/cpu/gemm_driver.h"
 #include "compute/cpu/gemm_prefetch.h"
 #include "compute/cpu/packed_matrix.h"
@@ -12,6 +14,7 @@ namespace {
 
 constexpr size_t kPrefetchBlocks = 6;         // how far ahead weights are prefetched (several tokens)
 constexpr size_t kPrefetchBlocksDecode = 16;  // ... and for one token, whose blocks go by faster
+constexpr size_t kPrefetchSparseDecode = 12;  // ... the 2:4 layouts' blocks (672 or 416 bytes), one token
 
 // Puts one token's 16 row results at y: written, or added to what is there (PackedView::accumulate).
 inline void store_rows(const PackedView& w, float* y, __m512 rows) {
@@ -106,51 +109,98 @@ void tile_32(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, i
   for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16, acc[t]);
 }
 
-// The 2:4 layouts S24_Q8x16 and S24_Q4x16 (packed_matrix.h, packed_sparse24.h): per 4-input group, the rows'
-// pattern ids pick byte-shuffle controls from a table, and one shuffle per 16-byte lane spreads each row's 2
-// kept codes over its 4 inputs (zeros elsewhere); the dense Q8_0 / Q4_0 products follow.
+// The 2:4 layouts S24_Q8x16 and S24_Q4x16 (packed_matrix.h, packed_sparse24.h), a few tokens: per pair of
+// 4-input groups, each row's masks pick a byte-shuffle control from two tables, one shuffle gathers the
+// activations at the row's 4 kept inputs (of the pair's 8) next to its 4 kept signed weights, and one
+// dpbusd multiplies them. The activations come unsigned (x + 128, Avx512Tiles::sparse_unsigned), so
+// 128 x the rows' weight sums, taken once for all tokens, comes off at the end of each activation block.
 template <PackedLayout L, int T>
 void tile_s24(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, const uint8_t* after) {
   constexpr bool kQ8 = L == PackedLayout::S24_Q8x16;
-  constexpr PackedLayout kDense = kQ8 ? PackedLayout::Q8_0x16 : PackedLayout::Q4_0x16;
-  // a zero code expanded -> the dense layout's stored zero (Q8_0x16: q + 128; Q4_0x16: q + 8, stored q ^ 8)
-  const __m512i flip = _mm512_set1_epi8(static_cast<char>(kQ8 ? 0x80 : 0x08));
-  const __m512i control = _mm512_loadu_si512(kSparse24ShuffleControl.data());
-  const __m512i shift = _mm512_loadu_si512(kSparse24IdShift.data());
-  const __m512i lane_offset[2] = {_mm512_loadu_si512(kSparse24LaneOffset[0].data()), _mm512_loadu_si512(kSparse24LaneOffset[1].data())};
-  const __m512i low4 = _mm512_set1_epi8(0xF);
+  const __m512i first = _mm512_loadu_si512(kSparse24Gather[0].data()), second = _mm512_loadu_si512(kSparse24Gather[1].data());
+  const __m512i low4 = _mm512_set1_epi8(0xF), eight = _mm512_set1_epi8(8), ones = _mm512_set1_epi8(1);
   __m512 acc[T];
   KESTREL_UNROLL
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (size_t b = 0; b < nb; ++b) {
     const uint8_t* blk = w.data + (static_cast<size_t>(g) * static_cast<size_t>(w.n_blocks) + b) * w.block_bytes;
-    prefetch_block(block_ahead(blk, b, T > 1 ? kPrefetchBlocks / 2 : kPrefetchBlocksDecode / 2, nb, w.block_bytes, after), w.block_bytes);
+    prefetch_block(block_ahead(blk, b, T > 1 ? kPrefetchBlocks : kPrefetchSparseDecode, nb, w.block_bytes, after), w.block_bytes);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));  // [16] row scales
-    __m512i kept[8];  // kept codes of 4-input groups 2v, 2v + 1
-    if constexpr (kQ8) {
-      for (int v = 0; v < 8; ++v) kept[v] = _mm512_loadu_si512(blk + 32 + 64 * v);
-    } else {
-      for (int u = 0; u < 4; ++u) {
-        const __m512i packed = _mm512_loadu_si512(blk + 32 + 64 * u);
-        kept[u] = _mm512_and_si512(packed, low4);
-        kept[u + 4] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low4);
-      }
-    }
-    const auto* ids = reinterpret_cast<const long long*>(blk + sparse24_ids_offset(L));  // [16 groups]
+    const uint8_t* masks = blk + sparse24_masks_offset(L);
     for (int a = 0; a < 2; ++a) {  // the block's two 32-input activation blocks
-      __m512i q[8];
+      __m512i sum[T], weight_sum = _mm512_setzero_si512();  // per row: sum of w (x + 128), and of w
       KESTREL_UNROLL
-      for (int k = 0; k < 8; ++k) {
-        const int group = 8 * a + k;
-        const __m512i id = _mm512_srlv_epi32(_mm512_set1_epi64(ids[group]), shift);
-        const __m512i ctrl = _mm512_add_epi8(_mm512_permutexvar_epi32(id, control), lane_offset[group % 2]);
-        q[k] = _mm512_xor_si512(_mm512_shuffle_epi8(kept[group / 2], ctrl), flip);
+      for (int t = 0; t < T; ++t) sum[t] = _mm512_setzero_si512();
+      for (int p = 0; p < 4; ++p) {  // pairs of groups
+        const int v = 4 * a + p;
+        const __m512i m = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(masks + 16 * v)));
+        const __m512i ctrl = _mm512_or_si512(_mm512_permutexvar_epi32(m, first), _mm512_permutexvar_epi32(_mm512_srli_epi32(m, 4), second));
+        __m512i wv;  // [16 rows][4] signed weight codes
+        if constexpr (kQ8) {
+          wv = _mm512_loadu_si512(blk + 32 + 64 * v);
+        } else {
+          const __m512i packed = _mm512_loadu_si512(blk + 32 + 64 * p);
+          wv = _mm512_sub_epi8(_mm512_and_si512(a == 0 ? packed : _mm512_srli_epi16(packed, 4), low4), eight);
+        }
+        weight_sum = _mm512_dpbusd_epi32(weight_sum, ones, wv);
+        KESTREL_UNROLL
+        for (int t = 0; t < T; ++t) {
+          const BlockQ8A& xb = xq[static_cast<size_t>(t) * 2 * nb + 2 * b + static_cast<size_t>(a)];
+          long long x8;  // 8 activation codes, broadcast from memory
+          std::memcpy(&x8, xb.qs + 8 * p, 8);
+          sum[t] = _mm512_dpbusd_epi32(sum[t], _mm512_shuffle_epi8(_mm512_set1_epi64(x8), ctrl), wv);
+        }
       }
-      add_block_products<kDense, T>(q, d, _mm512_setzero_ps(), xq, 2 * nb, 2 * b + static_cast<size_t>(a), acc);
+      const __m512i offset_terms = _mm512_slli_epi32(weight_sum, 7);
+      KESTREL_UNROLL
+      for (int t = 0; t < T; ++t) {
+        const float dx = xq[static_cast<size_t>(t) * 2 * nb + 2 * b + static_cast<size_t>(a)].d;
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(sum[t], offset_terms)), _mm512_mul_ps(d, _mm512_set1_ps(dx)), acc[t]);
+      }
     }
   }
   KESTREL_UNROLL
   for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16, acc[t]);
+}
+
+// Group g of a 2:4 layout in its dense layout (Q8_0x16 or Q4_0x16) at out: per group of 4 inputs, a
+// byte-shuffle control from the rows' masks spreads each row's 2 kept codes over its 4 inputs.
+template <PackedLayout L>
+void expand_s24(const PackedView& w, int64_t g, uint8_t* out) {
+  constexpr bool kQ8 = L == PackedLayout::S24_Q8x16;
+  constexpr size_t kDenseBlock = kQ8 ? 32 + 512 : 32 + 256;
+  const __m512i control = _mm512_loadu_si512(kSparse24Expand.data());
+  const __m512i lane_offset[2] = {_mm512_loadu_si512(kSparse24ExpandOffset[0].data()), _mm512_loadu_si512(kSparse24ExpandOffset[1].data())};
+  // an expanded zero -> the dense layout's stored zero: Q8_0x16 q + 128; Q4_0x16 codes q ^ 8 (0 <-> 8)
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(kQ8 ? 0x80 : 8)), low4 = _mm512_set1_epi8(0xF);
+  for (int64_t b = 0; b < w.n_blocks; ++b) {
+    const uint8_t* blk = w.data + static_cast<size_t>(g * w.n_blocks + b) * w.block_bytes;
+    const uint8_t* masks = blk + sparse24_masks_offset(L);
+    for (int a = 0; a < 2; ++a) {
+      uint8_t* dense = out + static_cast<size_t>(2 * b + a) * kDenseBlock;
+      std::memcpy(dense, blk, 32);  // the rows' scales
+      __m512i q[8];  // dense codes of groups 8a + k
+      for (int k = 0; k < 8; ++k) {
+        const int v = 4 * a + k / 2, e = k % 2;
+        __m512i m = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(masks + 16 * v)));
+        if (e) m = _mm512_srli_epi32(m, 4);
+        const __m512i ctrl = _mm512_add_epi8(_mm512_permutexvar_epi32(m, control), lane_offset[e]);
+        __m512i kept;  // [16 rows][4] the pair's kept codes (Q4: flipped so that a zero expands to 8)
+        if constexpr (kQ8) {
+          kept = _mm512_loadu_si512(blk + 32 + 64 * v);
+        } else {
+          const __m512i packed = _mm512_loadu_si512(blk + 32 + 64 * (v % 4));
+          kept = _mm512_xor_si512(_mm512_and_si512(v < 4 ? packed : _mm512_srli_epi16(packed, 4), low4), flip);
+        }
+        q[k] = _mm512_xor_si512(_mm512_shuffle_epi8(kept, ctrl), flip);
+      }
+      if constexpr (kQ8) {
+        for (int k = 0; k < 8; ++k) _mm512_storeu_si512(dense + 32 + 64 * k, q[k]);
+      } else {  // nibble tile: byte (k, row, j) = code of input 4k + j | code of input 4k + 16 + j << 4
+        for (int k = 0; k < 4; ++k) _mm512_storeu_si512(dense + 32 + 64 * k, _mm512_or_si512(q[k], _mm512_slli_epi16(q[k + 4], 4)));
+      }
+    }
+  }
 }
 
 constexpr size_t kPrefetchSuperBlocks = 2;  // super-blocks ahead; measured against 1, 3 and 5
@@ -373,6 +423,7 @@ void tile_q6_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
 // The tiles of each layout, for the shared driver (gemm_driver.h).
 struct Avx512Tiles {
   static constexpr bool kAllLayouts = true;
+  static constexpr bool sparse_unsigned(PackedLayout) { return true; }  // the 2:4 tiles take activation codes as x + 128
   static constexpr int kTokens = 8;  // tokens per register tile
   static constexpr int64_t kGroupChunk = 4;  // row groups whose weights stay in cache while token tiles pass
   template <PackedLayout L, int T>
@@ -390,6 +441,8 @@ struct Avx512Tiles {
     else
       tile_32<L, T>(w, xq, nb, y, ys, g, after);
   }
+  template <PackedLayout L>
+  static void expand(const PackedView& w, int64_t g, uint8_t* out) { expand_s24<L>(w, g, out); }
 };
 
 }  // namespace

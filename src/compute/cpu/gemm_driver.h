@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "compute/cpu/packed_matrix.h"
 #include "compute/cpu/packed_sparse24.h"
@@ -58,17 +59,28 @@ void packed_gemm(PackedView w, const BlockQ8A* xq, int n_tok, float* y, size_t y
 
 // Up to this many tokens the 2:4 kernels multiply the sparse bytes; beyond, each group is expanded once into
 // the dense layout and the dense kernel runs, which costs what dense prefill does.
-constexpr int kSparse24DirectTokens = 8;
+constexpr int kSparse24DirectTokens = 4;
 
-// A 2:4 layout's GEMM: Tiles::template tile<L, T> for a few tokens, else group by group expanded into a
+// A 2:4 layout's GEMM: Tiles::template tile<L, T> for a few tokens (with the activation codes as x + 128
+// where Tiles::sparse_unsigned(L)), else group by group expanded (Tiles::template expand<L>(w, g, out)) into a
 // thread's buffer and the dense layout's tiles.
 template <class Tiles, PackedLayout L>
 void sparse24_gemm(PackedView w, const BlockQ8A* xq, int n_tok, float* y, size_t ys, int64_t group_begin, int64_t group_end) {
-  if (n_tok <= kSparse24DirectTokens) return packed_gemm<Tiles, L>(w, xq, n_tok, y, ys, group_begin, group_end);
+  if (n_tok <= kSparse24DirectTokens) {
+    if constexpr (Tiles::sparse_unsigned(L)) {
+      thread_local std::vector<BlockQ8A> unsigned_codes;  // [n_tok, n_in / 32] xq with each code + 128
+      const size_t n_blocks = static_cast<size_t>(n_tok) * static_cast<size_t>(w.n_blocks) * 2;
+      unsigned_codes.assign(xq, xq + n_blocks);
+      for (BlockQ8A& b : unsigned_codes)
+        for (int8_t& q : b.qs) q = static_cast<int8_t>(static_cast<uint8_t>(q) ^ 0x80);
+      return packed_gemm<Tiles, L>(w, unsigned_codes.data(), n_tok, y, ys, group_begin, group_end);
+    }
+    return packed_gemm<Tiles, L>(w, xq, n_tok, y, ys, group_begin, group_end);
+  }
   constexpr PackedLayout kDense = L == PackedLayout::S24_Q8x16 ? PackedLayout::Q8_0x16 : PackedLayout::Q4_0x16;
   uint8_t* dense = sparse24_group_buffer(sparse24_dense_group_bytes(L, w.n_blocks * 64));  // one group, dense layout
   for (int64_t g = group_begin; g < group_end; ++g) {
-    expand_sparse24_group(L, w, g, dense);
+    Tiles::template expand<L>(w, g, dense);
     const uint8_t* next = g + 1 < group_end ? w.data + static_cast<size_t>(g + 1) * static_cast<size_t>(w.n_blocks) * w.block_bytes : w.next;
     const PackedView d{dense, w.n_blocks * 2, sparse24_dense_group_bytes(L, 32), next, w.accumulate};
     packed_gemm<Tiles, kDense>(d, xq, n_tok, y + static_cast<size_t>(g) * PackedMatrix::kRows, ys, 0, 1);

@@ -13,20 +13,19 @@ namespace {
 
 constexpr int kSparseDirectTokens = 4;  // up to this many tokens the sparse weights are multiplied directly
 
-// Per pattern id (0..7): the first and the second kept position, as 32-bit lanes.
-constexpr std::array<std::array<uint32_t, 8>, 2> kKeptPosition = [] {
-  std::array<std::array<uint32_t, 8>, 2> p{};
-  for (int c = 0; c < 6; ++c)
-    for (int s = 0; s < 2; ++s) p[static_cast<size_t>(s)][static_cast<size_t>(c)] = kSparse24Pairs[c][s];
-  return p;
-}();
+// The masks of the 8 rows of `half` for group k of a block (low bits of each 32-bit lane; see packed_sparse24.h).
+inline __m256i group_masks(const uint8_t* blk, int k, int half) {
+  const uint8_t* masks = blk + sparse24_masks_offset(PackedLayout::S24_F16x16) + 16 * (k / 2) + 8 * half;
+  const __m256i m = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(masks)));
+  return k % 2 ? _mm256_srli_epi32(m, 4) : m;
+}
 
 // y[t, 16 rows of group g] (+)= W x_t for T tokens, straight from the 2:4 bytes.
 template <int T>
 void sparse_f16_group(const PackedView& w, const float* x, size_t x_stride, float* y, size_t ys, int64_t g, const uint8_t* after) {
   const size_t nb = static_cast<size_t>(w.n_blocks);
-  const __m256i first = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kKeptPosition[0].data()));
-  const __m256i second = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kKeptPosition[1].data()));
+  const __m256i first = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kSparse24Position[0].data()));
+  const __m256i second = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kSparse24Position[1].data()));
   __m256 acc[T][2][2];  // [token][half][kept value]: two FMA chains per row vector
   KESTREL_UNROLL
   for (int t = 0; t < T; ++t)
@@ -35,19 +34,16 @@ void sparse_f16_group(const PackedView& w, const float* x, size_t x_stride, floa
   for (size_t b = 0; b < nb; ++b) {
     const uint8_t* blk = group + b * w.block_bytes;
     prefetch_block(block_ahead(blk, b, kFloatPrefetchBlocks, nb, w.block_bytes, after), w.block_bytes);
-    const auto* ids = reinterpret_cast<const long long*>(blk + sparse24_ids_offset(PackedLayout::S24_F16x16));
     const auto* kept = reinterpret_cast<const __m128i*>(blk);  // 8 fp16 per 16 bytes: (group, value, half)
     for (int k = 0; k < 16; ++k) {
       __m256i pos[2][2];  // [half][kept value] the rows' positions in the group
-      for (int h = 0; h < 2; ++h) {
-        const __m256i shift = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kSparse24IdShift.data() + 8 * h));
-        const __m256i id = _mm256_srlv_epi32(_mm256_set1_epi64x(ids[k]), shift);
-        pos[h][0] = _mm256_permutevar8x32_epi32(first, id);
-        pos[h][1] = _mm256_permutevar8x32_epi32(second, id);
-      }
       __m256 wv[2][2];
-      for (int h = 0; h < 2; ++h)
+      for (int h = 0; h < 2; ++h) {
+        const __m256i m = group_masks(blk, k, h);
+        pos[h][0] = _mm256_permutevar8x32_epi32(first, m);
+        pos[h][1] = _mm256_permutevar8x32_epi32(second, m);
         for (int s = 0; s < 2; ++s) wv[h][s] = _mm256_cvtph_ps(_mm_loadu_si128(kept + 4 * k + 2 * s + h));
+      }
       KESTREL_UNROLL
       for (int t = 0; t < T; ++t) {
         const __m256 x4 = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(x + static_cast<size_t>(t) * x_stride + 64 * b + 4 * static_cast<size_t>(k)));
@@ -65,21 +61,39 @@ void sparse_f16_group(const PackedView& w, const float* x, size_t x_stride, floa
     }
 }
 
+// Group g in the F16Fma16 layout at out [n_blocks * 2][32 inputs][16 rows] fp16: per input of a group, each
+// row's first kept value where it is the row's lower kept input, its second where the higher, else zero.
+void expand_sparse_f16_group(const PackedView& w, int64_t g, uint8_t* out) {
+  const __m256i zero = _mm256_setzero_si256(), low4 = _mm256_set1_epi16(0xF);
+  for (int64_t b = 0; b < w.n_blocks; ++b) {
+    const uint8_t* blk = w.data + static_cast<size_t>(g * w.n_blocks + b) * w.block_bytes;
+    auto* dst = reinterpret_cast<__m256i*>(out + static_cast<size_t>(b) * 2048);  // [64 inputs] x 16 fp16
+    for (int k = 0; k < 16; ++k) {
+      const __m256i masks16 = _mm256_cvtepu8_epi16(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + sparse24_masks_offset(PackedLayout::S24_F16x16) + 16 * (k / 2))));
+      const __m256i m = _mm256_and_si256(k % 2 ? _mm256_srli_epi16(masks16, 4) : masks16, low4);  // [16 rows]
+      const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * k));
+      const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * k + 32));
+      for (int j = 0; j < 4; ++j) {
+        const __m256i kept = _mm256_cmpgt_epi16(_mm256_and_si256(m, _mm256_set1_epi16(static_cast<short>(1 << j))), zero);
+        const __m256i lower = _mm256_cmpeq_epi16(_mm256_and_si256(m, _mm256_set1_epi16(static_cast<short>((1 << j) - 1))), zero);
+        _mm256_storeu_si256(dst + 4 * k + j, _mm256_and_si256(kept, _mm256_blendv_epi8(v1, v0, lower)));
+      }
+    }
+  }
+}
+
 void sparse_f16_gemm(PackedView w, const float* x, int n_tok, float* y, size_t ys, int64_t group_begin, int64_t group_end) {
   const size_t n_in = static_cast<size_t>(w.n_blocks) * 64;
   const size_t nb = static_cast<size_t>(w.n_blocks);
   if (n_tok <= kSparseDirectTokens) {
     for (int64_t g = group_begin; g < group_end; ++g) {
       const uint8_t* after = g + 1 < group_end ? w.data + static_cast<size_t>(g + 1) * nb * w.block_bytes : w.next;
-      for (int t0 = 0; t0 < n_tok; t0 += 4) {  // n_tok <= 4: one tile
-        const float* xt = x + static_cast<size_t>(t0) * n_in;
-        float* yt = y + static_cast<size_t>(t0) * ys;
-        switch (n_tok - t0) {
-          case 1: sparse_f16_group<1>(w, xt, n_in, yt, ys, g, after); break;
-          case 2: sparse_f16_group<2>(w, xt, n_in, yt, ys, g, after); break;
-          case 3: sparse_f16_group<3>(w, xt, n_in, yt, ys, g, after); break;
-          default: sparse_f16_group<4>(w, xt, n_in, yt, ys, g, after); break;
-        }
+      switch (n_tok) {
+        case 1: sparse_f16_group<1>(w, x, n_in, y, ys, g, after); break;
+        case 2: sparse_f16_group<2>(w, x, n_in, y, ys, g, after); break;
+        case 3: sparse_f16_group<3>(w, x, n_in, y, ys, g, after); break;
+        default: sparse_f16_group<4>(w, x, n_in, y, ys, g, after); break;
       }
     }
     return;
@@ -87,7 +101,7 @@ void sparse_f16_gemm(PackedView w, const float* x, int n_tok, float* y, size_t y
   // one group in the F16Fma16 layout
   uint8_t* dense = sparse24_group_buffer(sparse24_dense_group_bytes(PackedLayout::S24_F16x16, static_cast<int64_t>(n_in)));
   for (int64_t g = group_begin; g < group_end; ++g) {
-    expand_sparse24_group(PackedLayout::S24_F16x16, w, g, dense);
+    expand_sparse_f16_group(w, g, dense);
     const PackedView d{dense, w.n_blocks * 2, 1024, nullptr, w.accumulate};
     float_gemm<Vec256, false>(d, x, n_tok, y + static_cast<size_t>(g) * 16, ys, 0, 1);
   }

@@ -34,14 +34,13 @@
 //   F16Fma16 / BF16Fma16 (32 inputs): 32 x 16 weights as in the file (fp16 or bf16 bits), input-major:
 //                         (input k, row) at 2 * (16 k + row); widened to fp32 in registers and multiplied
 //                         with float activations by FMA (exact: no rounding of the weights).        1024 bytes
-// The 2:4 sparse layouts (64 inputs: one file block of quant/sparse24.h per row; compute/cpu/packed_sparse24.h
-// for the pattern ids, 16 groups x 8 bytes at the end of each block):
-//   S24_Q8x16:  fp16 d[16]; 8 kept vectors of 64 bytes, vector v holding 4-input groups 2v and 2v + 1: byte
-//               16 L + 8 e + 2 (r % 4) + s = int8 kept value s of row r = 4 L + r % 4 in group 2v + e (a byte
-//               shuffle within each 16-byte lane expands them to the Q8_0x16 tile); pattern ids.    672 bytes
-//   S24_Q4x16:  fp16 d[16]; 4 x 64 bytes: byte i of u holds kept vector u's code in its low nibble and kept
-//               vector u + 4's in its high one, each q ^ 8 (so a zero expands to q = 8, w = 0); ids. 416 bytes
-//   S24_F16x16: fp16 kept values (group k, value s, row) at 2 (32 k + 16 s + row); pattern ids.      1152 bytes
+// The 2:4 sparse layouts (64 inputs: one file block of quant/sparse24.h per row), each ending in the keep
+// masks, 16 bytes per pair v of 4-input groups (2v, 2v + 1) (compute/cpu/packed_sparse24.h):
+//   S24_Q8x16:  fp16 d[16]; per pair v 64 bytes, byte 4 r + m = row r's kept value m (m = 0, 1: group 2v's;
+//               2, 3: group 2v + 1's) as int8 q; masks.                                              672 bytes
+//   S24_Q4x16:  fp16 d[16]; 4 x 64 bytes: byte 4 r + m of u holds pair u's code q (0..15, w = d (q - 8))
+//               in its low nibble and pair u + 4's in its high one; masks.                             416 bytes
+//   S24_F16x16: fp16 kept values (group k, value s, row) at 2 (32 k + 16 s + row); masks.              1152 bytes
 #pragma once
 #include <cstddef>
 #include <cstdint>
