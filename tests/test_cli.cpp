@@ -140,6 +140,42 @@ TEST(Cli, QuantizeWritesARunnableModel) {
   for (const std::string& f : {source, quantized, calib, imatrix}) std::filesystem::remove(f);
 }
 
+// kestrel prune: magnitude and Wanda (calibrated), unstructured and 2:4 (written sparse, in half the bytes),
+// its errors; a 2:4 model serves exactly the greedy text generate prints (sparse decode kernels, dense
+// expanded prefill and batched decode).
+TEST(Cli, PruneWritesModelsThatServeAsTheyGenerate) {
+  const std::string source = test::temp_path("cli-prune-f16.gguf"), pruned = test::temp_path("cli-pruned.gguf");
+  const std::string calib = test::temp_path("cli-prune-calib.txt");
+  {
+    std::ofstream text(calib);
+    for (int i = 0; i < 40; ++i) text << "Once upon a time there was a little cat who liked the sun. ";
+  }
+  std::string out;
+  ASSERT_EQ(test::run_command(kestrel_cmd("make-model -o " + source + " --type f16 --layers 2 2>&1"), out), 0) << out;
+  ASSERT_EQ(test::run_command(kestrel_cmd("prune " + source + " " + pruned + " --sparsity 0.3 2>&1"), out), 0) << out;
+  EXPECT_NE(out.find("blk.1.ffn_down.weight"), std::string::npos) << out;
+  EXPECT_NE(out.find("30.0% zero"), std::string::npos) << out;
+  EXPECT_NE(out.find("magnitude unstructured"), std::string::npos) << out;
+  ASSERT_EQ(test::run_command(kestrel_cmd("prune " + source + " " + pruned + " --pattern 2:4 --calib " + calib + " -c 64 2>&1"), out), 0) << out;
+  EXPECT_NE(out.find("F16 -> S24_F16"), std::string::npos) << out;
+  EXPECT_NE(out.find("wanda 2:4"), std::string::npos) << out;
+  EXPECT_NE(out.find(", output "), std::string::npos) << out;  // the calibrated output error
+  const std::string serve = "bash " + std::string(KESTREL_SOURCE_DIR) + "/tests/scripts/serve_equals_generate.sh " + KESTREL_BINARY + " ";
+  EXPECT_EQ(test::run_command(serve + pruned + " 2>&1", out), 0) << out;
+  ASSERT_EQ(test::run_command(kestrel_cmd("prune " + source + " " + pruned + " --pattern 2:4 --type s24_q8 2>&1"), out), 0) << out;
+  EXPECT_NE(out.find("F16 -> S24_Q8"), std::string::npos) << out;
+  EXPECT_EQ(test::run_command(serve + pruned + " 2>&1", out), 0) << out;
+  EXPECT_NE(test::run_command(kestrel_cmd("prune " + source + " " + pruned + " 2>&1"), out), 0);
+  EXPECT_NE(out.find("--sparsity"), std::string::npos) << out;
+  EXPECT_NE(test::run_command(kestrel_cmd("prune " + source + " " + pruned + " --method wanda --sparsity 0.5 2>&1"), out), 0);
+  EXPECT_NE(out.find("--calib"), std::string::npos) << out;
+  EXPECT_NE(test::run_command(kestrel_cmd("prune " + source + " " + pruned + " --pattern 2:4 --sparsity 0.7 2>&1"), out), 0);
+  EXPECT_NE(test::run_command(kestrel_cmd("prune " + source + " " + pruned + " --sparsity 1.5 2>&1"), out), 0);
+  EXPECT_NE(test::run_command(kestrel_cmd("prune " + source + " " + pruned + " --sparsity 0.5 --type q9 2>&1"), out), 0);
+  EXPECT_NE(test::run_command(kestrel_cmd("prune " + source + " " + source + " --sparsity 0.5 2>&1"), out), 0);
+  for (const std::string& f : {source, pruned, calib}) std::filesystem::remove(f);
+}
+
 // kestrel bench: llama-bench's JSON fields, one row per test, decode rows with their bandwidth ceiling.
 TEST(Cli, BenchReportsLlamaBenchRows) {
   const std::string model = test::temp_path("bench.gguf");

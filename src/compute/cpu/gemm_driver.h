@@ -62,8 +62,8 @@ void packed_gemm(PackedView w, const BlockQ8A* xq, int n_tok, float* y, size_t y
 constexpr int kSparse24DirectTokens = 4;
 
 // A 2:4 layout's GEMM: Tiles::template tile<L, T> for a few tokens (with the activation codes as x + 128
-// where Tiles::sparse_unsigned(L)), else group by group expanded (Tiles::template expand<L>(w, g, out)) into a
-// thread's buffer and the dense layout's tiles.
+// where Tiles::sparse_unsigned(L)), else a few groups at a time expanded (Tiles::template expand<L>(w, g, out))
+// into a thread's buffer and the dense layout's tiles.
 template <class Tiles, PackedLayout L>
 void sparse24_gemm(PackedView w, const BlockQ8A* xq, int n_tok, float* y, size_t ys, int64_t group_begin, int64_t group_end) {
   if (n_tok <= kSparse24DirectTokens) {
@@ -78,12 +78,15 @@ void sparse24_gemm(PackedView w, const BlockQ8A* xq, int n_tok, float* y, size_t
     return packed_gemm<Tiles, L>(w, xq, n_tok, y, ys, group_begin, group_end);
   }
   constexpr PackedLayout kDense = L == PackedLayout::S24_Q8x16 ? PackedLayout::Q8_0x16 : PackedLayout::Q4_0x16;
-  uint8_t* dense = sparse24_group_buffer(sparse24_dense_group_bytes(L, w.n_blocks * 64));  // one group, dense layout
-  for (int64_t g = group_begin; g < group_end; ++g) {
-    Tiles::template expand<L>(w, g, dense);
-    const uint8_t* next = g + 1 < group_end ? w.data + static_cast<size_t>(g + 1) * static_cast<size_t>(w.n_blocks) * w.block_bytes : w.next;
+  // Tiles::kGroupChunk groups at a time, as the dense GEMM keeps them in cache while the token tiles pass
+  const size_t group_bytes = sparse24_dense_group_bytes(L, w.n_blocks * 64);
+  uint8_t* dense = sparse24_group_buffer(static_cast<size_t>(Tiles::kGroupChunk) * group_bytes);  // [chunk] groups, dense layout
+  for (int64_t g0 = group_begin; g0 < group_end; g0 += Tiles::kGroupChunk) {
+    const int64_t n = group_end - g0 < Tiles::kGroupChunk ? group_end - g0 : Tiles::kGroupChunk;
+    for (int64_t i = 0; i < n; ++i) Tiles::template expand<L>(w, g0 + i, dense + static_cast<size_t>(i) * group_bytes);
+    const uint8_t* next = g0 + n < group_end ? w.data + static_cast<size_t>(g0 + n) * static_cast<size_t>(w.n_blocks) * w.block_bytes : w.next;
     const PackedView d{dense, w.n_blocks * 2, sparse24_dense_group_bytes(L, 32), next, w.accumulate};
-    packed_gemm<Tiles, kDense>(d, xq, n_tok, y + static_cast<size_t>(g) * PackedMatrix::kRows, ys, 0, 1);
+    packed_gemm<Tiles, kDense>(d, xq, n_tok, y + static_cast<size_t>(g0) * PackedMatrix::kRows, ys, 0, n);
   }
 }
 

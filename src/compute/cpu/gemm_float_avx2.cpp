@@ -98,12 +98,14 @@ void sparse_f16_gemm(PackedView w, const float* x, int n_tok, float* y, size_t y
     }
     return;
   }
-  // one group in the F16Fma16 layout
-  uint8_t* dense = sparse24_group_buffer(sparse24_dense_group_bytes(PackedLayout::S24_F16x16, static_cast<int64_t>(n_in)));
-  for (int64_t g = group_begin; g < group_end; ++g) {
-    expand_sparse_f16_group(w, g, dense);
+  // kFloatGroupChunk groups at a time in the F16Fma16 layout, as the dense GEMM widens them together
+  const size_t group_bytes = sparse24_dense_group_bytes(PackedLayout::S24_F16x16, static_cast<int64_t>(n_in));
+  uint8_t* dense = sparse24_group_buffer(static_cast<size_t>(kFloatGroupChunk) * group_bytes);
+  for (int64_t g0 = group_begin; g0 < group_end; g0 += kFloatGroupChunk) {
+    const int64_t n = group_end - g0 < kFloatGroupChunk ? group_end - g0 : kFloatGroupChunk;
+    for (int64_t i = 0; i < n; ++i) expand_sparse_f16_group(w, g0 + i, dense + static_cast<size_t>(i) * group_bytes);
     const PackedView d{dense, w.n_blocks * 2, 1024, nullptr, w.accumulate};
-    float_gemm<Vec256, false>(d, x, n_tok, y + static_cast<size_t>(g) * 16, ys, 0, 1);
+    float_gemm<Vec256, false>(d, x, n_tok, y + static_cast<size_t>(g0) * 16, ys, 0, n);
   }
 }
 
