@@ -163,13 +163,14 @@ void half_tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
 // The 2:4 layouts S24_Q8x16 and S24_Q4x16 for the half's 8 rows, a few tokens (see the AVX-512 kernel): per
 // pair of 4-input groups one byte shuffle gathers the activations at each row's 4 kept inputs, and maddubs
 // multiplies them with the 4 kept weights. Q8: |w| and sign-adjusted activations, so nothing saturates;
-// Q4: activations as x + 128 (Avx2Tiles::sparse_unsigned; |w| <= 8 keeps maddubs' pairs in range) and 128 x
-// the weight sums, taken once for all tokens, off at the end of each activation block.
+// Q4: activations made unsigned as they are broadcast (x ^ 0x80 = x + 128; |w| <= 8 keeps maddubs' pairs in
+// range) and 128 x the weight sums, taken once for all tokens, off at the end of each activation block.
 template <PackedLayout L, int T>
 void half_tile_s24(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, int half, const uint8_t* after) {
   constexpr bool kQ8 = L == PackedLayout::S24_Q8x16;
   const __m256i first = load256(kSparse24Gather[0].data()), second = load256(kSparse24Gather[1].data());  // masks & 7
   const __m256i low4 = _mm256_set1_epi8(0xF), eight = _mm256_set1_epi8(8), ones = _mm256_set1_epi8(1);
+  const __m256i to_unsigned = _mm256_set1_epi8(static_cast<char>(0x80));
   __m256 acc[T];
   KESTREL_UNROLL
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
@@ -207,9 +208,10 @@ void half_tile_s24(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t
           KESTREL_UNROLL
           for (int t = 0; t < T; ++t) {
             const BlockQ8A& xb = xq[static_cast<size_t>(t) * 2 * nb + 2 * b + static_cast<size_t>(a)];
-            long long x8;  // codes + 128
+            long long x8;
             std::memcpy(&x8, xb.qs + 8 * p, 8);
-            sum[t] = _mm256_add_epi16(sum[t], _mm256_maddubs_epi16(_mm256_shuffle_epi8(_mm256_set1_epi64x(x8), ctrl), wv));
+            const __m256i x8u = _mm256_xor_si256(_mm256_set1_epi64x(x8), to_unsigned);
+            sum[t] = _mm256_add_epi16(sum[t], _mm256_maddubs_epi16(_mm256_shuffle_epi8(x8u, ctrl), wv));
           }
         }
       }
@@ -468,8 +470,6 @@ void half_tile_q6_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_
 // The tiles of each layout, for the shared driver (gemm_driver.h).
 struct Avx2Tiles {
   static constexpr bool kAllLayouts = true;
-  // The 2:4 Q4 tiles take activation codes as x + 128 (255 x 8 x 2 fits maddubs' int16), the Q8 ones as they are.
-  static constexpr bool sparse_unsigned(PackedLayout l) { return l == PackedLayout::S24_Q4x16; }
   static constexpr int kTokens = 4;  // tokens per register tile
   static constexpr int64_t kGroupChunk = 4;  // row groups whose weights stay in cache while token tiles pass
   template <PackedLayout L, int T>

@@ -112,13 +112,15 @@ void tile_32(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, i
 // The 2:4 layouts S24_Q8x16 and S24_Q4x16 (packed_matrix.h, packed_sparse24.h), a few tokens: per pair of
 // 4-input groups, each row's masks pick a byte-shuffle control from two tables, one shuffle gathers the
 // activations at the row's 4 kept inputs (of the pair's 8) next to its 4 kept signed weights, and one
-// dpbusd multiplies them. The activations come unsigned (x + 128, Avx512Tiles::sparse_unsigned), so
-// 128 x the rows' weight sums, taken once for all tokens, comes off at the end of each activation block.
+// dpbusd multiplies them. The activations are made unsigned (x ^ 0x80 = x + 128 per byte) as they are
+// broadcast, so 128 x the rows' weight sums, taken once for all tokens, comes off at the end of each
+// activation block.
 template <PackedLayout L, int T>
 void tile_s24(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, const uint8_t* after) {
   constexpr bool kQ8 = L == PackedLayout::S24_Q8x16;
   const __m512i first = _mm512_loadu_si512(kSparse24Gather[0].data()), second = _mm512_loadu_si512(kSparse24Gather[1].data());
   const __m512i low4 = _mm512_set1_epi8(0xF), eight = _mm512_set1_epi8(8), ones = _mm512_set1_epi8(1);
+  const __m512i to_unsigned = _mm512_set1_epi8(static_cast<char>(0x80));
   __m512 acc[T];
   KESTREL_UNROLL
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
@@ -148,7 +150,8 @@ void tile_s24(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, 
           const BlockQ8A& xb = xq[static_cast<size_t>(t) * 2 * nb + 2 * b + static_cast<size_t>(a)];
           long long x8;  // 8 activation codes, broadcast from memory
           std::memcpy(&x8, xb.qs + 8 * p, 8);
-          sum[t] = _mm512_dpbusd_epi32(sum[t], _mm512_shuffle_epi8(_mm512_set1_epi64(x8), ctrl), wv);
+          const __m512i x8u = _mm512_xor_si512(_mm512_set1_epi64(x8), to_unsigned);
+          sum[t] = _mm512_dpbusd_epi32(sum[t], _mm512_shuffle_epi8(x8u, ctrl), wv);
         }
       }
       const __m512i offset_terms = _mm512_slli_epi32(weight_sum, 7);
@@ -423,7 +426,6 @@ void tile_q6_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
 // The tiles of each layout, for the shared driver (gemm_driver.h).
 struct Avx512Tiles {
   static constexpr bool kAllLayouts = true;
-  static constexpr bool sparse_unsigned(PackedLayout) { return true; }  // the 2:4 tiles take activation codes as x + 128
   static constexpr int kTokens = 8;  // tokens per register tile
   static constexpr int64_t kGroupChunk = 4;  // row groups whose weights stay in cache while token tiles pass
   template <PackedLayout L, int T>

@@ -4,7 +4,6 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include <vector>
 
 #include "compute/cpu/packed_matrix.h"
 #include "compute/cpu/packed_sparse24.h"
@@ -61,22 +60,11 @@ void packed_gemm(PackedView w, const BlockQ8A* xq, int n_tok, float* y, size_t y
 // the dense layout and the dense kernel runs, which costs what dense prefill does.
 constexpr int kSparse24DirectTokens = 4;
 
-// A 2:4 layout's GEMM: Tiles::template tile<L, T> for a few tokens (with the activation codes as x + 128
-// where Tiles::sparse_unsigned(L)), else a few groups at a time expanded (Tiles::template expand<L>(w, g, out))
-// into a thread's buffer and the dense layout's tiles.
+// A 2:4 layout's GEMM: Tiles::template tile<L, T> for a few tokens, else a few groups at a time expanded
+// (Tiles::template expand<L>(w, g, out)) into a thread's buffer and the dense layout's tiles.
 template <class Tiles, PackedLayout L>
 void sparse24_gemm(PackedView w, const BlockQ8A* xq, int n_tok, float* y, size_t ys, int64_t group_begin, int64_t group_end) {
-  if (n_tok <= kSparse24DirectTokens) {
-    if constexpr (Tiles::sparse_unsigned(L)) {
-      thread_local std::vector<BlockQ8A> unsigned_codes;  // [n_tok, n_in / 32] xq with each code + 128
-      const size_t n_blocks = static_cast<size_t>(n_tok) * static_cast<size_t>(w.n_blocks) * 2;
-      unsigned_codes.assign(xq, xq + n_blocks);
-      for (BlockQ8A& b : unsigned_codes)
-        for (int8_t& q : b.qs) q = static_cast<int8_t>(static_cast<uint8_t>(q) ^ 0x80);
-      return packed_gemm<Tiles, L>(w, unsigned_codes.data(), n_tok, y, ys, group_begin, group_end);
-    }
-    return packed_gemm<Tiles, L>(w, xq, n_tok, y, ys, group_begin, group_end);
-  }
+  if (n_tok <= kSparse24DirectTokens) return packed_gemm<Tiles, L>(w, xq, n_tok, y, ys, group_begin, group_end);
   constexpr PackedLayout kDense = L == PackedLayout::S24_Q8x16 ? PackedLayout::Q8_0x16 : PackedLayout::Q4_0x16;
   // Tiles::kGroupChunk groups at a time, as the dense GEMM keeps them in cache while the token tiles pass
   const size_t group_bytes = sparse24_dense_group_bytes(L, w.n_blocks * 64);
