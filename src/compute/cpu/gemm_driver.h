@@ -56,10 +56,6 @@ void packed_gemm(PackedView w, const BlockQ8A* xq, int n_tok, float* y, size_t y
       });
 }
 
-// Up to this many tokens the 2:4 kernels multiply the sparse bytes; beyond, each group is expanded once into
-// the dense layout and the dense kernel runs, which costs what dense prefill does.
-constexpr int kSparse24DirectTokens = 4;
-
 // A 2:4 layout's GEMM: Tiles::template tile<L, T> for a few tokens, else a few groups at a time expanded
 // (Tiles::template expand<L>(w, g, out)) into a thread's buffer and the dense layout's tiles.
 template <class Tiles, PackedLayout L>

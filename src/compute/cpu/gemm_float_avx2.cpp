@@ -1,17 +1,15 @@
 // AVX2 build of the float GEMM (gemm_float_impl.h): 16 rows as two vectors, 6 tokens, 12 accumulators; and
 // the 2:4 F16 layout's (S24_F16x16): for a few tokens, per 4-input group each row's two kept weights meet the
-// activations at their positions, picked from the group's 4 by an in-lane permute; for more, each group
-// expanded into the F16Fma16 layout and the dense GEMM.
+// activations at their positions, picked from the group's 4 by an in-lane permute (also on AVX-512 CPUs);
+// for more, groups expanded into the F16Fma16 layout and the dense GEMM (gemm_sparse_f16_impl.h).
 #include <immintrin.h>
 
 #include "compute/cpu/simd_avx2.h"
 #include "compute/cpu/gemm_float_impl.h"
-#include "compute/cpu/packed_sparse24.h"
+#include "compute/cpu/gemm_sparse_f16_impl.h"
 
 namespace kestrel {
 namespace {
-
-constexpr int kSparseDirectTokens = 4;  // up to this many tokens the sparse weights are multiplied directly
 
 // The masks of the 8 rows of `half` for group k of a block (low bits of each 32-bit lane; see packed_sparse24.h).
 inline __m256i group_masks(const uint8_t* blk, int k, int half) {
@@ -61,32 +59,10 @@ void sparse_f16_group(const PackedView& w, const float* x, size_t x_stride, floa
     }
 }
 
-// Group g in the F16Fma16 layout at out [n_blocks * 2][32 inputs][16 rows] fp16: per input of a group, each
-// row's first kept value where it is the row's lower kept input, its second where the higher, else zero.
-void expand_sparse_f16_group(const PackedView& w, int64_t g, uint8_t* out) {
-  const __m256i zero = _mm256_setzero_si256(), low4 = _mm256_set1_epi16(0xF);
-  for (int64_t b = 0; b < w.n_blocks; ++b) {
-    const uint8_t* blk = w.data + static_cast<size_t>(g * w.n_blocks + b) * w.block_bytes;
-    auto* dst = reinterpret_cast<__m256i*>(out + static_cast<size_t>(b) * 2048);  // [64 inputs] x 16 fp16
-    for (int k = 0; k < 16; ++k) {
-      const __m256i masks16 = _mm256_cvtepu8_epi16(
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + sparse24_masks_offset(PackedLayout::S24_F16x16) + 16 * (k / 2))));
-      const __m256i m = _mm256_and_si256(k % 2 ? _mm256_srli_epi16(masks16, 4) : masks16, low4);  // [16 rows]
-      const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * k));
-      const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * k + 32));
-      for (int j = 0; j < 4; ++j) {
-        const __m256i kept = _mm256_cmpgt_epi16(_mm256_and_si256(m, _mm256_set1_epi16(static_cast<short>(1 << j))), zero);
-        const __m256i lower = _mm256_cmpeq_epi16(_mm256_and_si256(m, _mm256_set1_epi16(static_cast<short>((1 << j) - 1))), zero);
-        _mm256_storeu_si256(dst + 4 * k + j, _mm256_and_si256(kept, _mm256_blendv_epi8(v1, v0, lower)));
-      }
-    }
-  }
-}
-
 void sparse_f16_gemm(PackedView w, const float* x, int n_tok, float* y, size_t ys, int64_t group_begin, int64_t group_end) {
   const size_t n_in = static_cast<size_t>(w.n_blocks) * 64;
   const size_t nb = static_cast<size_t>(w.n_blocks);
-  if (n_tok <= kSparseDirectTokens) {
+  if (n_tok <= kSparse24DirectTokens) {
     for (int64_t g = group_begin; g < group_end; ++g) {
       const uint8_t* after = g + 1 < group_end ? w.data + static_cast<size_t>(g + 1) * nb * w.block_bytes : w.next;
       switch (n_tok) {
@@ -98,15 +74,7 @@ void sparse_f16_gemm(PackedView w, const float* x, int n_tok, float* y, size_t y
     }
     return;
   }
-  // kFloatGroupChunk groups at a time in the F16Fma16 layout, as the dense GEMM widens them together
-  const size_t group_bytes = sparse24_dense_group_bytes(PackedLayout::S24_F16x16, static_cast<int64_t>(n_in));
-  uint8_t* dense = sparse24_group_buffer(static_cast<size_t>(kFloatGroupChunk) * group_bytes);
-  for (int64_t g0 = group_begin; g0 < group_end; g0 += kFloatGroupChunk) {
-    const int64_t n = group_end - g0 < kFloatGroupChunk ? group_end - g0 : kFloatGroupChunk;
-    for (int64_t i = 0; i < n; ++i) expand_sparse_f16_group(w, g0 + i, dense + static_cast<size_t>(i) * group_bytes);
-    const PackedView d{dense, w.n_blocks * 2, 1024, nullptr, w.accumulate};
-    float_gemm<Vec256, false>(d, x, n_tok, y + static_cast<size_t>(g0) * 16, ys, 0, n);
-  }
+  sparse_f16_prefill<Vec256>(w, x, n_tok, y, ys, group_begin, group_end);
 }
 
 }  // namespace

@@ -339,7 +339,8 @@ void unpack_block_row(PackedLayout layout, const uint8_t* blk, int i, float* out
 }
 
 PackedGemmF32Fn packed_gemm_f32_kernel(PackedLayout layout, Isa isa) {
-  PackedGemmF32Fn fn = isa_includes(isa, Isa::Avx2) ? packed_gemm_f32_kernel_avx2(layout) : nullptr;
+  PackedGemmF32Fn fn = isa_includes(isa, Isa::Avx512) ? packed_gemm_f32_kernel_avx512(layout) : nullptr;
+  if (!fn && isa_includes(isa, Isa::Avx2)) fn = packed_gemm_f32_kernel_avx2(layout);
   if (!fn && isa_includes(isa, Isa::Neon)) fn = packed_gemm_f32_kernel_neon(layout);
   return fn ? fn : packed_gemm_f32_reference(layout);
 }
@@ -357,6 +358,7 @@ PackedGemmF32Fn packed_gemm_f32_kernel_neon(PackedLayout) { return nullptr; }
 PackedGemmBf16Fn packed_gemm_bf16_kernel_avx512() { return nullptr; }
 PackedGemmFn packed_gemm_kernel_avx2(PackedLayout) { return nullptr; }
 PackedGemmF32Fn packed_gemm_f32_kernel_avx2(PackedLayout) { return nullptr; }
+PackedGemmF32Fn packed_gemm_f32_kernel_avx512(PackedLayout) { return nullptr; }
 PackedGemmFn packed_gemm_kernel_avx512(PackedLayout) { return nullptr; }
 #endif
 

@@ -142,7 +142,9 @@ void packed_gemm_bf16_reference(PackedView w, const uint16_t* xb, int n_tok, flo
 // The Fma16 layouts' GEMM: float activations x [n_tok, n_in].
 using PackedGemmF32Fn = void (*)(PackedView w, const float* x, int n_tok, float* y, size_t y_stride,
                                  int64_t group_begin, int64_t group_end);
-PackedGemmF32Fn packed_gemm_f32_kernel(PackedLayout layout, Isa isa);  // the AVX2 or NEON kernel, or the reference
+// The AVX-512 kernel (S24_F16x16 only), the AVX2 or NEON kernel, or the reference.
+PackedGemmF32Fn packed_gemm_f32_kernel(PackedLayout layout, Isa isa);
+PackedGemmF32Fn packed_gemm_f32_kernel_avx512(PackedLayout layout);
 PackedGemmF32Fn packed_gemm_f32_kernel_avx2(PackedLayout layout);
 PackedGemmF32Fn packed_gemm_f32_kernel_neon(PackedLayout layout);
 PackedGemmF32Fn packed_gemm_f32_reference(PackedLayout layout);  // nullptr for the other layouts
