@@ -14,7 +14,7 @@ namespace {
 
 constexpr size_t kPrefetchBlocks = 6;         // how far ahead weights are prefetched (several tokens)
 constexpr size_t kPrefetchBlocksDecode = 16;  // ... and for one token, whose blocks go by faster
-constexpr size_t kPrefetchSparseDecode = 12;  // ... the 2:4 layouts' blocks (672 or 416 bytes), one token
+constexpr size_t kPrefetchSparseDecode = 20;  // ... the 2:4 layouts' blocks (672 or 416 bytes), one token
 
 // Puts one token's 16 row results at y: written, or added to what is there (PackedView::accumulate).
 inline void store_rows(const PackedView& w, float* y, __m512 rows) {
