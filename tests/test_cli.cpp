@@ -172,6 +172,8 @@ TEST(Cli, PruneWritesModelsThatServeAsTheyGenerate) {
   EXPECT_NE(test::run_command(kestrel_cmd("prune " + source + " " + pruned + " --pattern 2:4 --sparsity 0.7 2>&1"), out), 0);
   EXPECT_NE(test::run_command(kestrel_cmd("prune " + source + " " + pruned + " --sparsity 1.5 2>&1"), out), 0);
   EXPECT_NE(test::run_command(kestrel_cmd("prune " + source + " " + pruned + " --sparsity 0.5 --type q9 2>&1"), out), 0);
+  EXPECT_NE(test::run_command(kestrel_cmd("prune " + source + " " + pruned + " --sparsity 0.5 --type s24_q4 2>&1"), out), 0);
+  EXPECT_NE(out.find("2:4"), std::string::npos) << out;
   EXPECT_NE(test::run_command(kestrel_cmd("prune " + source + " " + source + " --sparsity 0.5 2>&1"), out), 0);
   for (const std::string& f : {source, pruned, calib}) std::filesystem::remove(f);
 }

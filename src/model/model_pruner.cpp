@@ -109,6 +109,8 @@ Result<PruneReport> prune_model(const PruneOptions& options, ThreadPool& pool, c
     return Error{"Wanda pruning needs the calibration's activation norms (--calib TEXT or --imatrix FILE)"};
   if (options.spec.pattern == PrunePattern::Unstructured && !(options.spec.sparsity >= 0.0 && options.spec.sparsity < 1.0))
     return Error{"sparsity must be in [0, 1), got " + std::to_string(options.spec.sparsity)};
+  if (options.scheme && is_sparse24(options.scheme->base) && options.spec.pattern != PrunePattern::TwoFour)
+    return Error{std::string("the 2:4 types keep 2 of every 4 weights: ") + options.scheme->name + " goes with the 2:4 pattern"};
   auto opened = GgufFile::open(options.input);
   if (!opened.ok()) return Error{opened.error()};
   const GgufFile& in = opened.value();

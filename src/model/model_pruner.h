@@ -56,7 +56,8 @@ struct PruneReport {
 bool is_prunable_matrix(const std::string& name, const std::vector<int64_t>& dims);
 
 // Errors: the input cannot be read, Wanda without importance, a pruned matrix that is not F32, F16 or BF16
-// (start from a float file), 2:4 on rows that do not split into groups of 4, or an unwritable output.
+// (start from a float file), 2:4 on rows that do not split into groups of 4, a 2:4 scheme (S24_*) without the
+// 2:4 pattern, or an unwritable output.
 // progress(fraction of the input's tensor bytes done) may be empty.
 Result<PruneReport> prune_model(const PruneOptions& options, ThreadPool& pool, const std::function<void(double)>& progress = {});
 
