@@ -51,16 +51,15 @@ std::vector<float> pruned_rows(const PruneOptions& options, const TensorView& t,
   });
   by_activations = options.spec.method == PruneMethod::Wanda;
   for (int64_t s = 0; s < t.n_rows() / n_out; ++s) {
-    PruneSpec spec = options.spec;
     std::vector<float> norm;
-    if (spec.method == PruneMethod::Wanda) {
+    if (options.spec.method == PruneMethod::Wanda) {
       norm = input_norms(options, t, s);
       if (norm.empty()) {  // no calibration token reached it: magnitude within each row (equal norms)
         norm.assign(static_cast<size_t>(n_in), 1.0f);
         by_activations = false;
       }
     }
-    prune_matrix(w.data() + static_cast<size_t>(s * n_out * n_in), n_out, n_in, spec, norm.empty() ? nullptr : norm.data(), pool);
+    prune_matrix(w.data() + static_cast<size_t>(s * n_out * n_in), n_out, n_in, options.spec, norm.empty() ? nullptr : norm.data(), pool);
   }
   return w;
 }

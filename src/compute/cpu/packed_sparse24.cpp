@@ -39,10 +39,6 @@ int kept_code(PackedLayout l, const uint8_t* blk, int k, int i, int s) {
 
 }  // namespace
 
-bool is_sparse24_layout(PackedLayout l) {
-  return l == PackedLayout::S24_F16x16 || l == PackedLayout::S24_Q8x16 || l == PackedLayout::S24_Q4x16;
-}
-
 size_t sparse24_dense_group_bytes(PackedLayout l, int64_t n_in) {
   const size_t per_32 = l == PackedLayout::S24_Q8x16 ? 32 + 512 : l == PackedLayout::S24_Q4x16 ? 32 + 256 : 1024;
   return static_cast<size_t>(n_in / 32) * per_32;

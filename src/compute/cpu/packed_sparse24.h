@@ -69,7 +69,6 @@ constexpr size_t sparse24_masks_offset(PackedLayout l) {
 // dense layout and the dense kernel runs, which costs what dense prefill does.
 constexpr int kSparse24DirectTokens = 4;
 
-bool is_sparse24_layout(PackedLayout l);
 // Bytes of a dense-layout group of n_in inputs (Q8_0x16, Q4_0x16 or F16Fma16: what the expansion writes).
 size_t sparse24_dense_group_bytes(PackedLayout l, int64_t n_in);
 
