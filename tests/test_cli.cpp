@@ -165,6 +165,17 @@ TEST(Cli, PruneWritesModelsThatServeAsTheyGenerate) {
   ASSERT_EQ(test::run_command(kestrel_cmd("prune " + source + " " + pruned + " --pattern 2:4 --type s24_q8 2>&1"), out), 0) << out;
   EXPECT_NE(out.find("F16 -> S24_Q8"), std::string::npos) << out;
   EXPECT_EQ(test::run_command(serve + pruned + " 2>&1", out), 0) << out;
+  // Structured: fewer heads, KV heads and FFN channels, different per layer (KV pages sized per layer).
+  ASSERT_EQ(test::run_command(kestrel_cmd("prune " + source + " " + pruned + " --structured heads=0.25,kv=0.5,ffn=0.25,budget=global --calib " +
+                                          calib + " -c 64 2>&1"), out), 0) << out;
+  EXPECT_NE(out.find("wanda structured heads=0.25,kv=0.5,ffn=0.25,budget=global"), std::string::npos) << out;
+  EXPECT_NE(out.find("% removed"), std::string::npos) << out;
+  ASSERT_EQ(test::run_command(kestrel_cmd("info -m " + pruned + " 2>&1"), out), 0) << out;
+  EXPECT_NE(out.find("per layer (heads/kv_heads/ffn)"), std::string::npos) << out;
+  EXPECT_EQ(test::run_command(serve + pruned + " 2>&1", out), 0) << out;
+  EXPECT_NE(test::run_command(kestrel_cmd("prune " + source + " " + pruned + " --structured heads=0.3 --pattern 2:4 2>&1"), out), 0);
+  EXPECT_NE(test::run_command(kestrel_cmd("prune " + source + " " + pruned + " --structured heads=1.5 2>&1"), out), 0);
+  EXPECT_NE(out.find("fraction"), std::string::npos) << out;
   EXPECT_NE(test::run_command(kestrel_cmd("prune " + source + " " + pruned + " 2>&1"), out), 0);
   EXPECT_NE(out.find("--sparsity"), std::string::npos) << out;
   EXPECT_NE(test::run_command(kestrel_cmd("prune " + source + " " + pruned + " --method wanda --sparsity 0.5 2>&1"), out), 0);

@@ -43,6 +43,12 @@ int run_info(const std::string& path) {
               "n_ctx_train %d, rope base %g, n_rot %d, experts %d (top %d)\n",
               hp.arch.c_str(), hp.n_embd, hp.n_layers, hp.n_heads, hp.n_kv_heads, hp.head_dim, hp.n_ff, hp.n_vocab,
               hp.n_ctx_train, hp.rope_freq_base, hp.n_rot, hp.n_expert, hp.n_expert_used);
+  if (!hp.uniform_layers()) {  // the scalars above are the largest; list each layer's
+    std::printf("per layer (heads/kv_heads/ffn):");
+    for (int il = 0; il < hp.n_layers; ++il)
+      std::printf(" %d/%d/%d", hp.layer(il).n_heads, hp.layer(il).n_kv_heads, hp.layer(il).n_ff);
+    std::printf("\n");
+  }
   std::printf("KV cache per token:");
   for (KvType t : kAllKvTypes)
     if (model.value()->kv_spec(1, 16, t).check().empty())

@@ -14,7 +14,9 @@ namespace kestrel {
 
 struct KvCacheSpec {
   int n_layers = 0;
-  int n_kv_heads = 0;
+  int n_kv_heads = 0;                // in every layer, unless layer_kv_heads says otherwise (then the largest)
+  std::vector<int> layer_kv_heads;   // [n_layers] KV heads of each layer, or empty (structured-pruned models
+                                     // may have fewer in some layers: their pages are sized per layer)
   int k_dim = 0;        // elements per token per KV head for keys (MLA: kv_lora_rank + rope dims)
   int v_dim = 0;        // elements per token per KV head for values (MLA: kv_lora_rank)
   bool v_in_k = false;  // MLA: values are the first v_dim elements of the key row (and have K's type)
@@ -22,14 +24,19 @@ struct KvCacheSpec {
   int block_size = 16;
   int32_t n_blocks = 0;
 
+  int kv_heads(int il) const { return layer_kv_heads.empty() ? n_kv_heads : layer_kv_heads[static_cast<size_t>(il)]; }
+  // KV heads of the layers before il (where layer il's pages and key centers start).
+  size_t heads_before(int il) const;
+  size_t total_kv_heads() const { return heads_before(n_layers); }
   // Bytes of one token's K row and V row of one KV head in one layer.
   size_t k_row_bytes() const { return kv_row_bytes(types.k, k_dim); }
   size_t v_row_bytes() const { return v_in_k ? 0 : kv_row_bytes(types.v, v_dim); }
-  size_t bytes_per_layer_k() const { return static_cast<size_t>(n_blocks) * n_kv_heads * block_size * k_row_bytes(); }
-  size_t bytes_per_layer_v() const { return static_cast<size_t>(n_blocks) * n_kv_heads * block_size * v_row_bytes(); }
-  size_t bytes() const { return n_layers * (bytes_per_layer_k() + bytes_per_layer_v()); }
+  // Bytes of all K (V) pages of one KV head.
+  size_t k_head_bytes() const { return static_cast<size_t>(n_blocks) * block_size * k_row_bytes(); }
+  size_t v_head_bytes() const { return static_cast<size_t>(n_blocks) * block_size * v_row_bytes(); }
+  size_t bytes() const { return total_kv_heads() * (k_head_bytes() + v_head_bytes()); }
   // KV bytes one token occupies over all layers and KV heads (K, and V unless it lives in K).
-  size_t bytes_per_token() const { return static_cast<size_t>(n_layers) * n_kv_heads * (k_row_bytes() + v_row_bytes()); }
+  size_t bytes_per_token() const { return total_kv_heads() * (k_row_bytes() + v_row_bytes()); }
   // Empty when the types can store this model's rows, else why not.
   std::string check() const;
 };
@@ -43,7 +50,7 @@ class KvStorage {
   // Copies every position of page src into page dst, in every layer and KV head (copy-on-write, and
   // prefix-cache hits that end inside a page).
   void copy_block(int32_t src, int32_t dst);
-  // Centers subtracted from keys before a quantized K type stores them ([n_layers][n_kv_heads][k_dim];
+  // Centers subtracted from keys before a quantized K type stores them ([layer][kv_heads(layer)][k_dim];
   // empty: none; see KvLayerView::k_center). Set them before the first write: pages written with other
   // centers would decode wrongly. Throws std::invalid_argument on a wrong size.
   void set_key_centers(std::vector<float> centers);
@@ -52,9 +59,9 @@ class KvStorage {
  private:
   KvCacheSpec spec_;
   // Huge-page backed (core/large_buffer.h): every decode step streams a sequence's pages of every layer.
-  std::shared_ptr<uint8_t[]> k_;  // [n_layers][n_kv_heads][n_blocks][page of K]
-  std::shared_ptr<uint8_t[]> v_;  // [n_layers][n_kv_heads][n_blocks][page of V]; unused when v_in_k
-  std::vector<float> key_centers_;  // [n_layers][n_kv_heads][k_dim] or empty
+  std::shared_ptr<uint8_t[]> k_;  // [layer][kv_heads(layer)][n_blocks][page of K]
+  std::shared_ptr<uint8_t[]> v_;  // [layer][kv_heads(layer)][n_blocks][page of V]; unused when v_in_k
+  std::vector<float> key_centers_;  // [layer][kv_heads(layer)][k_dim] or empty
 };
 
 }  // namespace kestrel

@@ -131,10 +131,11 @@ class Folder {
 Result<AwqFold> awq_fold(const GgufFile& file, const HessianSet& hessians,
                          const std::function<std::optional<DType>(const std::string&)>& target, const AwqOptions& options,
                          ThreadPool& pool) {
-  const int64_t n_head = arch_metadata_int(file, "attention.head_count");
-  const int64_t n_kv_head = arch_metadata_int(file, "attention.head_count_kv") ? arch_metadata_int(file, "attention.head_count_kv") : n_head;
   Folder folder(file, hessians, target, options, pool);
-  for (int64_t i = 0; i < arch_metadata_int(file, "block_count"); ++i) folder.layer(static_cast<int>(i), n_head, n_kv_head);
+  for (int il = 0; il < arch_metadata_int(file, "block_count"); ++il) {
+    const int64_t n_head = arch_layer_int(file, "attention.head_count", il), n_kv_head = arch_layer_int(file, "attention.head_count_kv", il);
+    folder.layer(il, n_head, n_kv_head ? n_kv_head : n_head);
+  }
   folder.output();
   return folder.finish();
 }

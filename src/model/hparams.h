@@ -1,6 +1,7 @@
 // Hyperparameters read from GGUF metadata ("<arch>.*" keys), validated for consistency.
 #pragma once
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "io/gguf.h"
@@ -8,15 +9,25 @@
 
 namespace kestrel {
 
+// One layer's attention heads and FFN width. Structured pruning (model/structured_pruner.h) gives layers
+// different ones; GGUF stores them as per-layer arrays of head_count, head_count_kv and feed_forward_length.
+struct LayerShape {
+  int n_heads = 0;     // query heads, a multiple of n_kv_heads
+  int n_kv_heads = 0;
+  int n_ff = 0;        // dense FFN width
+};
+
 struct HParams {
   std::string arch;
   int n_vocab = 0;
   int n_embd = 0;
   int n_layers = 0;
+  // The largest over layers (the same in every layer unless layer_shapes differ): what sizes scratch.
   int n_heads = 0;
   int n_kv_heads = 0;
-  int head_dim = 0;      // per-head q/k width (attention.key_length[_mla], default n_embd / n_heads)
   int n_ff = 0;          // dense FFN width
+  std::vector<LayerShape> layer_shapes;  // [n_layers]
+  int head_dim = 0;      // per-head q/k width (attention.key_length[_mla], default n_embd / n_heads)
   int n_rot = 0;         // rotated dims per head (rope.dimension_count)
   int n_ctx_train = 0;   // context_length
   int n_expert = 0;      // 0 for dense models
@@ -33,6 +44,9 @@ struct HParams {
   int head_dim_v = 0;    // per-head value width (equals head_dim without MLA)
   float rms_eps = 1e-5f;
   float rope_freq_base = 10000.f;
+
+  const LayerShape& layer(int il) const { return layer_shapes[static_cast<size_t>(il)]; }
+  bool uniform_layers() const;  // every layer has the same shape
 };
 
 Result<HParams> read_hparams(const GgufFile& file, const ArchTraits& arch);

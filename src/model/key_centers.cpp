@@ -66,7 +66,7 @@ std::vector<float> measure_key_centers(const Model& model, ThreadPool& pool) {
   const int32_t n_blocks = (n + kPageTokens - 1) / kPageTokens;
   KvStorage kv(model.kv_spec(n_blocks, kPageTokens, KvType::F32));
   const KvCacheSpec& spec = kv.spec();
-  const int H = spec.n_kv_heads, D = spec.k_dim;
+  const int D = spec.k_dim;
 
   const std::vector<int32_t> tokens = calibration_tokens(model, n);        // [n]
   std::vector<int32_t> positions(n), pages(static_cast<size_t>(n_blocks));  // [n] [n_blocks]
@@ -85,11 +85,12 @@ std::vector<float> measure_key_centers(const Model& model, ThreadPool& pool) {
   const ops::RopeTable unturn = ops::rope_table(back, hp.n_rot, hp.rope_freq_base, freq_factors);
   const ops::RopeTable turn = mean_turn(hp, freq_factors);
 
-  const size_t row = static_cast<size_t>(H) * D;
-  std::vector<float> centers(static_cast<size_t>(spec.n_layers) * row);  // [n_layers][H][D]
-  std::vector<float> keys(static_cast<size_t>(n) * row);                  // [n][H][D] one layer's keys
+  std::vector<float> centers(spec.total_kv_heads() * D);  // [layer][kv_heads(layer)][D]
+  std::vector<float> keys(static_cast<size_t>(n) * spec.n_kv_heads * D);  // [n][H][D] one layer's keys
   for (int il = 0; il < spec.n_layers; ++il) {
     const KvLayerView view = kv.layer(il);
+    const int H = view.n_kv_heads;
+    const size_t row = static_cast<size_t>(H) * D;
     for (int i = 0; i < n; ++i)
       for (int h = 0; h < H; ++h)
         view.read_k(pages[i / kPageTokens], h, i % kPageTokens, keys.data() + (static_cast<size_t>(i) * H + h) * D);
@@ -97,7 +98,7 @@ std::vector<float> measure_key_centers(const Model& model, ThreadPool& pool) {
     std::vector<double> mean(row, 0.0);  // [H][D] keys before RoPE, positions 1..n-1
     for (int i = 1; i < n; ++i)
       for (size_t j = 0; j < row; ++j) mean[j] += keys[static_cast<size_t>(i) * row + j];
-    float* center = centers.data() + static_cast<size_t>(il) * row;
+    float* center = centers.data() + spec.heads_before(il) * D;
     for (size_t j = 0; j < row; ++j) center[j] = static_cast<float>(mean[j] / (n - 1));
     ops::rope(center, turn, H, D, model.arch().rope_style);
   }

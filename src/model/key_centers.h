@@ -27,7 +27,7 @@
 
 namespace kestrel {
 
-// [n_layers][n_kv_heads][head_dim]; empty for latent attention (its cached row holds the value too, and
+// [layer][KV heads of the layer][head_dim]; empty for latent attention (its cached row holds the value too, and
 // is not centered).
 std::vector<float> measure_key_centers(const Model& model, ThreadPool& pool);
 

@@ -39,11 +39,11 @@ void matmul(ThreadPool& pool, ForwardWorkspace& ws, const WeightMatrix& w, const
 }
 }  // namespace
 
-void attention(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const ArchTraits& arch, const LayerWeights& L,
-               const ops::RopeTable& rope, const ModelInput& batch, const KvLayerView& kv,
+void attention(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const LayerShape& shape, const ArchTraits& arch,
+               const LayerWeights& L, const ops::RopeTable& rope, const ModelInput& batch, const KvLayerView& kv,
                const ops::MatmulInput& in, float* out, ForwardWorkspace& ws) {
   const int n_tok = batch.n_tokens();
-  const int hd = hp.head_dim, Dq = hp.n_heads * hd, Dkv = hp.n_kv_heads * hd;
+  const int hd = hp.head_dim, Dq = shape.n_heads * hd, Dkv = shape.n_kv_heads * hd;
   using Buffer = ForwardWorkspace::Buffer;
   const size_t rows_q = static_cast<size_t>(n_tok) * Dq, rows_kv = static_cast<size_t>(n_tok) * Dkv;
   float* q = ws.get(Buffer::Q, rows_q);           // [n_tok, n_heads, head_dim]
@@ -60,13 +60,13 @@ void attention(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, con
     ops::add_bias(v, floats(L.bv), n_tok, Dkv);
   }
   if (L.q_norm) {  // per head: rows of head_dim
-    ops::rmsnorm(q, floats(L.q_norm), q, n_tok * hp.n_heads, hd, hp.rms_eps);
-    ops::rmsnorm(k, floats(L.k_norm), k, n_tok * hp.n_kv_heads, hd, hp.rms_eps);
+    ops::rmsnorm(q, floats(L.q_norm), q, n_tok * shape.n_heads, hd, hp.rms_eps);
+    ops::rmsnorm(k, floats(L.k_norm), k, n_tok * shape.n_kv_heads, hd, hp.rms_eps);
   }
-  ops::rope(q, rope, hp.n_heads, hd, arch.rope_style);
+  ops::rope(q, rope, shape.n_heads, hd, arch.rope_style);
   const AttentionRows rows{batch.positions, batch.block_tables};
   const ops::KvWrite write{k, v, &rope, arch.rope_style};  // K rotated as it is written
-  ops::attention_paged(pool, q, kv, rows, attn, n_tok, hp.n_heads, 1.0f / std::sqrt(float(hd)), &write);
+  ops::attention_paged(pool, q, kv, rows, attn, n_tok, shape.n_heads, 1.0f / std::sqrt(float(hd)), &write);
   matmul(pool, ws, pw.matrix(*L.wo), attn, out, n_tok, ops::Accumulate::Yes);
 }
 

@@ -12,11 +12,12 @@
 
 namespace kestrel::layers {
 
-// Self-attention with GQA, optional q/k/v bias and per-head q/k norm, RoPE, paged KV.
-// in: [n_tok, n_embd] rows with the block's norm (applied as the q/k/v projections quantize them)
-// -> out: [n_tok, n_embd] += the block's output. Scratch: ws's Q, K, V and AttnOut buffers.
-void attention(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const ArchTraits& arch, const LayerWeights& L,
-               const ops::RopeTable& rope, const ModelInput& batch, const KvLayerView& kv,
+// Self-attention with GQA, optional q/k/v bias and per-head q/k norm, RoPE, paged KV, with the layer's
+// heads (`shape`; kv holds shape.n_kv_heads). in: [n_tok, n_embd] rows with the block's norm (applied as
+// the q/k/v projections quantize them) -> out: [n_tok, n_embd] += the block's output. Scratch: ws's Q, K,
+// V and AttnOut buffers.
+void attention(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const LayerShape& shape, const ArchTraits& arch,
+               const LayerWeights& L, const ops::RopeTable& rope, const ModelInput& batch, const KvLayerView& kv,
                const ops::MatmulInput& in, float* out, ForwardWorkspace& ws);
 
 // Multi-head latent attention (DeepSeek-V2), computed in latent space: each head's q_nope is absorbed by

@@ -92,6 +92,8 @@ KvCacheSpec Model::kv_spec(int32_t n_blocks, int block_size, KvTypes types) cons
     spec.types.v = types.k;
   } else {
     spec.n_kv_heads = hparams_.n_kv_heads;
+    if (!hparams_.uniform_layers())
+      for (const LayerShape& s : hparams_.layer_shapes) spec.layer_kv_heads.push_back(s.n_kv_heads);
     spec.k_dim = hparams_.head_dim;
     spec.v_dim = hparams_.head_dim;
   }
@@ -130,7 +132,7 @@ void Model::forward(ThreadPool& pool, const ModelInput& batch, KvStorage& kv, fl
       ops::rmsnorm(pool, x, attn_in.norm_weight, h, n_tok, E, hp.rms_eps);
       layers::attention_mla(pool, packed_, hp, *arch_, L, rope, batch, kv.layer(il), h, x, ws);
     } else {
-      layers::attention(pool, packed_, hp, *arch_, L, rope, batch, kv.layer(il), attn_in, x, ws);
+      layers::attention(pool, packed_, hp, hp.layer(il), *arch_, L, rope, batch, kv.layer(il), attn_in, x, ws);
     }
     const ops::MatmulInput ffn_in{x, reinterpret_cast<const float*>(L.ffn_norm->data), hp.rms_eps};
     if (L.ffn_router) {

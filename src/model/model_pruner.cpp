@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "io/gguf.h"
+#include "model/structured_pruner.h"
 #include "model/tensor_conversion.h"
 #include "quant/quantize.h"
 #include "quant/sparse24.h"
@@ -18,19 +19,7 @@ bool ends_with(const std::string& s, std::string_view end) {
 
 const char* pattern_name(const PruneSpec& spec) { return spec.pattern == PrunePattern::TwoFour ? "2:4" : "unstructured"; }
 
-// The type a tensor is written in (nullopt: copied as it is).
-std::optional<DType> written_type(const PruneOptions& options, const TensorView& t, bool pruned, const QuantModelFacts& facts) {
-  const std::vector<int64_t> dims(t.ne.begin(), t.ne.begin() + t.n_dims);
-  if (!pruned && !is_float_type(t.type)) return std::nullopt;  // requantizing would compound the error
-  if (options.scheme) {
-    const auto to = quant_tensor_type(*options.scheme, false, t.name, dims, facts);
-    if (to && *to != t.type) return to;
-    return pruned ? std::optional<DType>(t.type) : std::nullopt;
-  }
-  if (!pruned) return std::nullopt;
-  if (options.spec.pattern == PrunePattern::TwoFour && t.ne[0] % kS24Block == 0) return DType::S24_F16;
-  return t.type;
-}
+
 
 // Wanda's input norms of slice `slice` of t ([n_in], the roots of the mean squares), or empty without them.
 std::vector<float> input_norms(const PruneOptions& options, const TensorView& t, int64_t slice) {
@@ -98,6 +87,19 @@ void measure(const TensorView& t, DType to, const uint8_t* out, const Importance
 
 }  // namespace
 
+std::optional<DType> pruned_tensor_type(const PruneOptions& options, const TensorView& t, bool pruned, const QuantModelFacts& facts) {
+  const std::vector<int64_t> dims(t.ne.begin(), t.ne.begin() + t.n_dims);
+  if (!pruned && !is_float_type(t.type)) return std::nullopt;  // requantizing would compound the error
+  if (options.scheme) {
+    const auto to = quant_tensor_type(*options.scheme, false, t.name, dims, facts);
+    if (to && *to != t.type) return to;
+    return pruned ? std::optional<DType>(t.type) : std::nullopt;
+  }
+  if (!pruned) return std::nullopt;
+  if (options.spec.pattern == PrunePattern::TwoFour && t.ne[0] % kS24Block == 0) return DType::S24_F16;
+  return t.type;
+}
+
 bool is_prunable_matrix(const std::string& name, const std::vector<int64_t>& dims) {
   return name.rfind("blk.", 0) == 0 && ends_with(name, ".weight") && dims.size() >= 2 &&
          name.find("_norm") == std::string::npos && name.find("ffn_gate_inp") == std::string::npos;
@@ -113,6 +115,17 @@ Result<PruneReport> prune_model(const PruneOptions& options, ThreadPool& pool, c
   auto opened = GgufFile::open(options.input);
   if (!opened.ok()) return Error{opened.error()};
   const GgufFile& in = opened.value();
+  if (options.structured) {
+    auto arch_name = in.get_string("general.architecture");
+    const ArchTraits* arch = arch_name.ok() && arch_name.value() ? find_arch(*arch_name.value()) : nullptr;
+    if (!arch) return Error{"structured pruning: the file's architecture is missing or not supported"};
+    auto hp = read_hparams(in, *arch);
+    if (!hp.ok()) return Error{hp.error()};
+    const ImportanceMatrix* importance = options.spec.method == PruneMethod::Wanda ? options.importance : nullptr;
+    auto keep = plan_structured(in, hp.value(), *options.structured, importance, pool);
+    if (!keep.ok()) return Error{keep.error()};
+    return write_structured(options, in, hp.value(), keep.value(), pool, progress);
+  }
   const QuantModelFacts facts = quant_model_facts(in);
 
   PruneReport report;
@@ -131,7 +144,7 @@ Result<PruneReport> prune_model(const PruneOptions& options, ThreadPool& pool, c
       return Error{"tensor '" + t.name + "' is " + dtype_name(t.type) + ": prune a float (F32, F16, BF16) model, then quantize"};
     if (r.pruned && options.spec.pattern == PrunePattern::TwoFour && t.ne[0] % 4 != 0)
       return Error{"tensor '" + t.name + "': rows of " + std::to_string(t.ne[0]) + " do not split into groups of 4 for 2:4"};
-    if (const auto to = written_type(options, t, r.pruned, facts)) r.to = *to;
+    if (const auto to = pruned_tensor_type(options, t, r.pruned, facts)) r.to = *to;
     const size_t index = w.add_tensor(t.name, r.to, dims);
     r.bytes_out = w.tensor_bytes(index);
     report.bytes_in += r.bytes_in;

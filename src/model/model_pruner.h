@@ -11,16 +11,21 @@
 
 #include "core/dtype.h"
 #include "core/status.h"
+#include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "quant/importance_matrix.h"
 #include "quant/prune.h"
 #include "quant/recipe.h"
+#include "quant/structured_prune.h"
 
 namespace kestrel {
 
 struct PruneOptions {
   std::string input, output;
   PruneSpec spec;
+  // Set: remove whole heads and FFN channels instead (model/structured_pruner.h; `spec` then only says
+  // whether the calibration's activations weigh in: Wanda does, magnitude scores weights alone).
+  std::optional<StructuredSpec> structured;
   // The written types: a scheme's (quant/recipe.h; its 2:4 schemes store 2:4 pruned matrices in half the
   // bytes), or nullopt: every tensor keeps its type, except that 2:4 pruned matrices whose rows split into
   // 64 are written as S24_F16.
@@ -51,6 +56,10 @@ struct PruneReport {
   int64_t pruned_weights = 0;              // weights of the pruned matrices
   int64_t zero_weights = 0;                // of those, zero in the written file
 };
+
+// The type `kestrel prune` writes tensor t in (nullopt: copied as it is): with a scheme, the scheme's type;
+// without one, pruned matrices keep theirs (2:4 ones whose rows split into 64 become S24_F16).
+std::optional<DType> pruned_tensor_type(const PruneOptions& options, const TensorView& t, bool pruned, const QuantModelFacts& facts);
 
 // Whether `kestrel prune` prunes the tensor `name` with dims (ggml order: dims[0] is the row length).
 bool is_prunable_matrix(const std::string& name, const std::vector<int64_t>& dims);

@@ -66,12 +66,21 @@ int64_t arch_metadata_int(const GgufFile& file, const std::string& key) {
   return v.ok() && v.value() ? *v.value() : 0;
 }
 
+int64_t arch_layer_int(const GgufFile& file, const std::string& key, int layer) {
+  const auto arch = file.get_string("general.architecture");
+  if (!arch.ok() || !arch.value()) return 0;
+  const GgufValue* v = file.find(*arch.value() + "." + key);
+  if (!v || !v->is_array()) return arch_metadata_int(file, key);
+  const auto i = static_cast<size_t>(layer);
+  return i < v->numbers.size() && v->array_type != GgufValueType::STRING ? static_cast<int64_t>(v->numbers[i]) : 0;
+}
+
 QuantModelFacts quant_model_facts(const GgufFile& file) {
   QuantModelFacts facts;
   facts.n_layers = static_cast<int>(arch_metadata_int(file, "block_count"));
   facts.n_expert = static_cast<int>(arch_metadata_int(file, "expert_count"));
   facts.has_output = file.find_tensor("output.weight") != nullptr;
-  const int64_t heads = arch_metadata_int(file, "attention.head_count"), kv_heads = arch_metadata_int(file, "attention.head_count_kv");
+  const int64_t heads = arch_layer_int(file, "attention.head_count", 0), kv_heads = arch_layer_int(file, "attention.head_count_kv", 0);
   if (heads > 0 && kv_heads > 0) facts.n_gqa = static_cast<int>(heads / kv_heads);
   return facts;
 }

@@ -49,6 +49,9 @@ double relative_error(const SourceRows& src, DType to, const uint8_t* out, Threa
 // `arch.key` of the file's architecture as an integer (0 where absent), e.g. "attention.head_count".
 int64_t arch_metadata_int(const GgufFile& file, const std::string& key);
 
+// The same for layer `layer` of a per-layer key (an integer, or an array with one per layer).
+int64_t arch_layer_int(const GgufFile& file, const std::string& key, int layer);
+
 // What the per-tensor rules need, from the file's metadata and tensors.
 QuantModelFacts quant_model_facts(const GgufFile& file);
 

@@ -56,10 +56,10 @@ std::vector<SmoothGroup> smooth_groups(const GgufFile& in, const std::set<std::s
       if (!in.find_tensor(d)) return;
     if (!g.matrices.empty()) groups.push_back(std::move(g));
   };
-  const int64_t n_head = arch_metadata_int(in, "attention.head_count");
-  const int64_t n_kv_head = arch_metadata_int(in, "attention.head_count_kv") ? arch_metadata_int(in, "attention.head_count_kv") : n_head;
   for (int il = 0; in.find_tensor("blk." + std::to_string(il) + ".attn_norm.weight"); ++il) {
     const std::string p = "blk." + std::to_string(il) + ".";
+    const int64_t n_head = arch_layer_int(in, "attention.head_count", il);
+    const int64_t n_kv_head = arch_layer_int(in, "attention.head_count_kv", il) ? arch_layer_int(in, "attention.head_count_kv", il) : n_head;
     SmoothGroup attn{{p + "attn_norm.weight"}, {}, {}};
     for (const char* n : {"attn_q", "attn_k", "attn_v", "attn_q_a", "attn_kv_a_mqa"})
       if (in.find_tensor(p + n + ".weight")) attn.matrices.push_back(p + n + ".weight");

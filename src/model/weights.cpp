@@ -84,8 +84,7 @@ Result<Int8Scales> bind_int8(Binder& b, const TensorView& t) {
 Result<ModelWeights> bind_weights(const GgufFile& file, const ArchTraits& arch, const HParams& hp) {
   Binder b(file);
   ModelWeights w;
-  const int64_t E = hp.n_embd, V = hp.n_vocab, H = hp.n_heads, Dq = H * hp.head_dim,
-                Dkv = int64_t{hp.n_kv_heads} * hp.head_dim, Dv = H * hp.head_dim_v;
+  const int64_t E = hp.n_embd, V = hp.n_vocab;
 #define BIND(dst, ...)                      \
   {                                         \
     auto r = b.get(__VA_ARGS__);            \
@@ -102,6 +101,9 @@ Result<ModelWeights> bind_weights(const GgufFile& file, const ArchTraits& arch, 
   for (int il = 0; il < hp.n_layers; ++il) {
     LayerWeights& L = w.layers[static_cast<size_t>(il)];
     const std::string p = "blk." + std::to_string(il) + ".";
+    const LayerShape& shape = hp.layer(il);
+    const int64_t H = shape.n_heads, Dq = H * hp.head_dim, Dkv = int64_t{shape.n_kv_heads} * hp.head_dim,
+                  Dv = H * hp.head_dim_v;
     BIND(L.attn_norm, p + "attn_norm.weight", {E}, true);
     if (arch.latent_attention) {
       const int64_t R = hp.kv_lora_rank, nope = hp.head_dim - hp.n_rot;
@@ -145,9 +147,9 @@ Result<ModelWeights> bind_weights(const GgufFile& file, const ArchTraits& arch, 
         BIND(L.ffn_down_shexp, p + "ffn_down_shexp.weight", {S, E}, false);
       }
     } else {
-      BIND(L.ffn_gate, p + "ffn_gate.weight", {E, hp.n_ff}, false);
-      BIND(L.ffn_up, p + "ffn_up.weight", {E, hp.n_ff}, false);
-      BIND(L.ffn_down, p + "ffn_down.weight", {hp.n_ff, E}, false);
+      BIND(L.ffn_gate, p + "ffn_gate.weight", {E, shape.n_ff}, false);
+      BIND(L.ffn_up, p + "ffn_up.weight", {E, shape.n_ff}, false);
+      BIND(L.ffn_down, p + "ffn_down.weight", {shape.n_ff, E}, false);
     }
   }
 #undef BIND
