@@ -40,14 +40,16 @@ TEST(StructuredPrune, PerLayerBudgetTakesTheSameShareOfEveryLayer) {
 }
 
 TEST(StructuredPrune, GlobalBudgetTakesTheCheapestUnitsAnywhere) {
-  const std::vector<std::vector<PruneUnit>> layers{units({1, 2, 3, 4}), units({10, 20, 30, 40})};
+  // Costs count as shares of their layer's total: 0.1 0.1 0.1 0.7 and 0.1 0.2 0.3 0.4.
+  const std::vector<std::vector<PruneUnit>> layers{units({1, 1, 1, 7}), units({10, 20, 30, 40})};
   EXPECT_EQ(units_to_remove(layers, 0.25, PruneBudget::Global), (std::vector<int>{2, 0}));
   EXPECT_EQ(units_to_remove(layers, 0.5, PruneBudget::Global), (std::vector<int>{3, 1}));
   EXPECT_EQ(units_to_remove(layers, 0.99, PruneBudget::Global), (std::vector<int>{3, 3}));
-  // Units of 4 heads against units of 1 compare by cost per head; sizes count towards the budget.
-  const std::vector<std::vector<PruneUnit>> sized{units({8, 8}, 4), units({1, 1, 1, 1, 1})};
-  EXPECT_EQ(units_to_remove(sized, 3.0 / 13, PruneBudget::Global), (std::vector<int>{0, 3}));
-  EXPECT_EQ(units_to_remove(sized, 5.0 / 13, PruneBudget::Global), (std::vector<int>{0, 4}));
+  // A unit of 4 heads against units of 1 compares by share per head (0.025 against 0.2); sizes count
+  // towards the budget.
+  const std::vector<std::vector<PruneUnit>> sized{units({1, 9}, 4), units({1, 1, 1, 1, 1})};
+  EXPECT_EQ(units_to_remove(sized, 1.0 / 13, PruneBudget::Global), (std::vector<int>{0, 1}));
+  EXPECT_EQ(units_to_remove(sized, 3.0 / 13, PruneBudget::Global), (std::vector<int>{1, 0}));
   EXPECT_EQ(units_to_remove(sized, 8.0 / 13, PruneBudget::Global), (std::vector<int>{1, 4}));
 }
 

@@ -128,10 +128,10 @@ int run_prune(const PruneArgs& a) {
   }
   const std::string pattern = options.structured ? "structured " + to_string(*options.structured)
                               : options.spec.pattern == PrunePattern::TwoFour ? "2:4" : "unstructured";
-  std::printf("%s %s: %.2f MiB -> %.2f MiB of tensors, %.1f%% of the pruned matrices' weights %s, %.1f s\n",
+  std::printf("%s %s: %.2f MiB -> %.2f MiB of tensors, %.1f%% of the %s weights %s, %.1f s\n",
               method.c_str(), pattern.c_str(), r.bytes_in / kMiB,
               r.bytes_out / kMiB, r.pruned_weights ? 100.0 * static_cast<double>(r.zero_weights) / static_cast<double>(r.pruned_weights) : 0.0,
-              options.structured ? "removed" : "zero", timer.elapsed_s());
+              options.structured ? "block matrices'" : "pruned matrices'", options.structured ? "removed" : "zero", timer.elapsed_s());
   return 0;
 }
 

@@ -363,6 +363,7 @@ Result<PruneReport> write_structured(const PruneOptions& options, const GgufFile
     r.bytes_out = w.tensor_bytes(w.add_tensor(t.name, r.to, dims));
     report.bytes_in += r.bytes_in;
     report.bytes_out += r.bytes_out;
+    if (is_prunable_matrix(t.name, std::vector<int64_t>(t.ne.begin(), t.ne.begin() + t.n_dims))) report.pruned_weights += t.n_elements();
     report.tensors.push_back(r);
     slices.push_back(std::move(slice));
   }
@@ -382,7 +383,6 @@ Result<PruneReport> write_structured(const PruneOptions& options, const GgufFile
           kept.n_bytes = rows.size() * sizeof(float);
           convert_rows(SourceRows{kept}, r.to, bytes.data(), importance ? &written_importance : nullptr, pool);
           measure_removed(t, *slice, importance ? importance->find(t.name, 0) : nullptr, pool, r);
-          report.pruned_weights += t.n_elements();
           report.zero_weights += std::llround(r.sparsity * static_cast<double>(t.n_elements()));
         } else if (r.to != t.type) {
           convert_rows(SourceRows{t}, r.to, bytes.data(), importance, pool);

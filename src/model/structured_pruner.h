@@ -37,7 +37,8 @@ Result<std::vector<LayerKeep>> plan_structured(const GgufFile& file, const HPara
 
 // Writes options.output with the plan applied (prune_model's structured path; options.structured set).
 // Sliced matrices are reported as pruned: `sparsity` is the fraction of their weights removed, rel_error and
-// rel_output_error the removed share of their energy, unweighted and weighted by the input mean squares.
+// rel_output_error the root of the removed share of their energy, unweighted and weighted by the input mean
+// squares. The totals count every block matrix (pruned_weights) and the weights removed (zero_weights).
 Result<PruneReport> write_structured(const PruneOptions& options, const GgufFile& in, const HParams& hp,
                                      const std::vector<LayerKeep>& keep, ThreadPool& pool,
                                      const std::function<void(double)>& progress);

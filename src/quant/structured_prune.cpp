@@ -77,11 +77,17 @@ std::vector<int> units_to_remove(const std::vector<std::vector<PruneUnit>>& laye
   };
   if (budget == PruneBudget::PerLayer) {
     for (size_t il = 0; il < layers.size(); ++il) remove_cheapest(layers, {il}, fraction * total(il), removed);
-  } else {
+  } else {  // costs as shares of their layer's total
+    std::vector<std::vector<PruneUnit>> shares = layers;
     std::vector<size_t> all(layers.size());
     double size = 0;
-    for (size_t il = 0; il < layers.size(); ++il) all[il] = il, size += total(il);
-    remove_cheapest(layers, all, fraction * size, removed);
+    for (size_t il = 0; il < layers.size(); ++il) {
+      double cost = 0;
+      for (const PruneUnit& u : layers[il]) cost += u.cost;
+      for (PruneUnit& u : shares[il]) u.cost = cost > 0 ? u.cost / cost : 0.0;
+      all[il] = il, size += total(il);
+    }
+    remove_cheapest(shares, all, fraction * size, removed);
   }
   return removed;
 }
