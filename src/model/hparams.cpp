@@ -106,7 +106,9 @@ Result<HParams> read_hparams(const GgufFile& f, const ArchTraits& arch) {
   READ_INT(n_embd, "embedding_length", 1, kBig, std::nullopt);
   READ_INT(n_layers, "block_count", 1, 4096, std::nullopt);
   if (Status shapes = read_layer_shapes(f, p, hp); !shapes.ok()) return Error{shapes.error()};
-  const bool uniform = hp.uniform_layers();
+  const bool uniform = std::all_of(hp.layer_shapes.begin(), hp.layer_shapes.end(), [&](const LayerShape& s) {
+    return s.n_heads == hp.n_heads && s.n_kv_heads == hp.n_kv_heads;
+  });  // in head counts (FFN widths may differ in any architecture)
   if (!uniform && !f.has(p + "attention.key_length"))
     return Error{"per-layer head counts need '" + p + "attention.key_length' (the head size)"};
   if (!uniform && arch.latent_attention) return Error{"latent attention takes the same head count in every layer"};

@@ -152,6 +152,17 @@ Result<PruneReport> prune_model(const PruneOptions& options, ThreadPool& pool, c
     report.tensors.push_back(r);
   }
 
+  return write_pruned_file(w, in, options, std::move(report), pool, progress, [&](size_t i, std::vector<uint8_t>& bytes, TensorPruneReport& r) {
+    const TensorView& t = in.tensors()[i];
+    const std::vector<float> pruned = pruned_rows(options, t, pool, r.by_activations);
+    convert_rows(SourceRows{t, &pruned}, r.to, bytes.data(), options.importance, pool);
+    measure(t, r.to, bytes.data(), options.importance, pool, r);
+    return t.n_elements();
+  });
+}
+
+Result<PruneReport> write_pruned_file(const GgufWriter& w, const GgufFile& in, const PruneOptions& options, PruneReport report,
+                                      ThreadPool& pool, const std::function<void(double)>& progress, const PruneTensor& prune_tensor) {
   size_t done = 0;
   const Status written = w.write(
       options.output,
@@ -159,10 +170,7 @@ Result<PruneReport> prune_model(const PruneOptions& options, ThreadPool& pool, c
         const TensorView& t = in.tensors()[i];
         TensorPruneReport& r = report.tensors[i];
         if (r.pruned) {
-          const std::vector<float> pruned = pruned_rows(options, t, pool, r.by_activations);
-          convert_rows(SourceRows{t, &pruned}, r.to, bytes.data(), options.importance, pool);
-          measure(t, r.to, bytes.data(), options.importance, pool, r);
-          report.pruned_weights += t.n_elements();
+          report.pruned_weights += prune_tensor(i, bytes, r);
           report.zero_weights += std::llround(r.sparsity * static_cast<double>(t.n_elements()));
         } else if (r.to != t.type) {
           convert_rows(SourceRows{t}, r.to, bytes.data(), options.importance, pool);

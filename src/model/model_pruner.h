@@ -13,6 +13,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
+#include "io/gguf.h"
 #include "quant/importance_matrix.h"
 #include "quant/prune.h"
 #include "quant/recipe.h"
@@ -63,6 +64,14 @@ std::optional<DType> pruned_tensor_type(const PruneOptions& options, const Tenso
 
 // Whether `kestrel prune` prunes the tensor `name` with dims (ggml order: dims[0] is the row length).
 bool is_prunable_matrix(const std::string& name, const std::vector<int64_t>& dims);
+
+// Writes w's file (the tensors declared in `in`'s order, report.tensors alike) to options.output: tensors the
+// report marks pruned through prune_tensor(index, bytes to fill, their report entry), which returns how many
+// weights count towards report.pruned_weights (its `sparsity` share of the tensor adds to zero_weights); the
+// others converted to their report's `to` type, or copied. Removes the output on failure.
+using PruneTensor = std::function<int64_t(size_t index, std::vector<uint8_t>& bytes, TensorPruneReport& r)>;
+Result<PruneReport> write_pruned_file(const GgufWriter& w, const GgufFile& in, const PruneOptions& options, PruneReport report,
+                                      ThreadPool& pool, const std::function<void(double)>& progress, const PruneTensor& prune_tensor);
 
 // Errors: the input cannot be read, Wanda without importance, a pruned matrix that is not F32, F16 or BF16
 // (start from a float file), 2:4 on rows that do not split into groups of 4, a 2:4 scheme (S24_*) without the

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
-#include <filesystem>
 #include <numeric>
 #include <optional>
 
@@ -368,36 +366,19 @@ Result<PruneReport> write_structured(const PruneOptions& options, const GgufFile
     slices.push_back(std::move(slice));
   }
 
-  size_t done = 0;
-  const Status written = w.write(
-      options.output,
-      [&](size_t i, std::vector<uint8_t>& bytes) {
-        const TensorView& t = in.tensors()[i];
-        TensorPruneReport& r = report.tensors[i];
-        if (const std::optional<Slice>& slice = slices[i]) {
-          const std::vector<float> rows = sliced_rows(t, *slice, pool);
-          TensorView kept = t;  // the kept rows as F32
-          kept.type = DType::F32;
-          (slice->cols ? kept.ne[0] : kept.ne[1]) = static_cast<int64_t>(slice->keep.size());
-          kept.data = reinterpret_cast<const uint8_t*>(rows.data());
-          kept.n_bytes = rows.size() * sizeof(float);
-          convert_rows(SourceRows{kept}, r.to, bytes.data(), importance ? &written_importance : nullptr, pool);
-          measure_removed(t, *slice, importance ? importance->find(t.name, 0) : nullptr, pool, r);
-          report.zero_weights += std::llround(r.sparsity * static_cast<double>(t.n_elements()));
-        } else if (r.to != t.type) {
-          convert_rows(SourceRows{t}, r.to, bytes.data(), importance, pool);
-        } else {
-          std::memcpy(bytes.data(), t.data, t.n_bytes);
-        }
-        done += t.n_bytes;
-        if (progress) progress(report.bytes_in ? static_cast<double>(done) / static_cast<double>(report.bytes_in) : 1.0);
-      },
-      in.alignment());
-  if (!written.ok()) {
-    std::filesystem::remove(options.output);
-    return Error{written.error()};
-  }
-  return report;
+  return write_pruned_file(w, in, options, std::move(report), pool, progress, [&](size_t i, std::vector<uint8_t>& bytes, TensorPruneReport& r) {
+    const TensorView& t = in.tensors()[i];
+    const Slice& slice = *slices[i];
+    const std::vector<float> rows = sliced_rows(t, slice, pool);
+    TensorView kept = t;  // the kept rows as F32
+    kept.type = DType::F32;
+    (slice.cols ? kept.ne[0] : kept.ne[1]) = static_cast<int64_t>(slice.keep.size());
+    kept.data = reinterpret_cast<const uint8_t*>(rows.data());
+    kept.n_bytes = rows.size() * sizeof(float);
+    convert_rows(SourceRows{kept}, r.to, bytes.data(), importance ? &written_importance : nullptr, pool);
+    measure_removed(t, slice, importance ? importance->find(t.name, 0) : nullptr, pool, r);
+    return int64_t{0};  // pruned_weights counts every block matrix, sliced or not (above)
+  });
 }
 
 }  // namespace kestrel
