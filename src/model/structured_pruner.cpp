@@ -205,8 +205,9 @@ void measure_removed(const TensorView& t, const Slice& slice, const float* ms, T
 // channels.
 ImportanceMatrix sliced_importance(const ImportanceMatrix& importance, const HParams& hp, const std::vector<LayerKeep>& keep) {
   ImportanceMatrix out = importance;
-  for (auto& [name, e] : out.tensors) {
-    const auto slice = slice_of(name, hp, keep);
+  for (auto& entry : out.tensors) {
+    ImportanceMatrix::Entry& e = entry.second;  // (a lambda may not capture a structured binding in clang 14)
+    const auto slice = slice_of(entry.first, hp, keep);
     if (!slice || !slice->cols || e.n_in < 2) continue;
     const auto pick = [&](std::vector<float>& v) {
       if (v.empty()) return;
