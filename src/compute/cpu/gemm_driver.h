@@ -61,6 +61,13 @@ void packed_gemm(PackedView w, const BlockQ8A* xq, int n_tok, float* y, size_t y
 template <class Tiles, PackedLayout L>
 void sparse24_gemm(PackedView w, const BlockQ8A* xq, int n_tok, float* y, size_t ys, int64_t group_begin, int64_t group_end) {
   if (n_tok <= kSparse24DirectTokens) return packed_gemm<Tiles, L>(w, xq, n_tok, y, ys, group_begin, group_end);
+  if (n_tok <= kSparse24TiledTokens) {  // a few direct passes, the weights warm in cache after the first
+    const auto stride = static_cast<size_t>(w.n_blocks) * 2;  // activation blocks per token
+    for (int t0 = 0; t0 < n_tok; t0 += kSparse24DirectTokens)
+      packed_gemm<Tiles, L>(w, xq + static_cast<size_t>(t0) * stride, n_tok - t0 < kSparse24DirectTokens ? n_tok - t0 : kSparse24DirectTokens,
+                            y + static_cast<size_t>(t0) * ys, ys, group_begin, group_end);
+    return;
+  }
   constexpr PackedLayout kDense = L == PackedLayout::S24_Q8x16 ? PackedLayout::Q8_0x16 : PackedLayout::Q4_0x16;
   // Tiles::kGroupChunk groups at a time, as the dense GEMM keeps them in cache while the token tiles pass
   const size_t group_bytes = sparse24_dense_group_bytes(L, w.n_blocks * 64);

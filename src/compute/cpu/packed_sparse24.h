@@ -68,6 +68,9 @@ constexpr size_t sparse24_masks_offset(PackedLayout l) {
 // Up to this many tokens the 2:4 kernels multiply the sparse bytes; beyond, groups are expanded into the
 // dense layout and the dense kernel runs, which costs what dense prefill does.
 constexpr int kSparse24DirectTokens = 4;
+// Up to this many, the direct kernel runs in passes of kSparse24DirectTokens tokens instead (expanding
+// costs about as much as the dense products of ~8 tokens; at 16 the two were level, measured).
+constexpr int kSparse24TiledTokens = 8;
 
 // Bytes of a dense-layout group of n_in inputs (Q8_0x16, Q4_0x16 or F16Fma16: what the expansion writes).
 size_t sparse24_dense_group_bytes(PackedLayout l, int64_t n_in);
