@@ -57,6 +57,7 @@ TEST(Cli, LaterFlagsOverrideEarlierOnes) {
   ASSERT_EQ(test::run_command(kestrel_cmd("generate -m " + model + " -p hi -n 50 --ignore-eos -n 7 -t 1 2>&1"), out), 0)
       << out;
   EXPECT_NE(out.find("generation: 7 tokens"), std::string::npos) << out;
+  std::filesystem::remove(model);
 }
 
 TEST(Cli, MakeModelInfoTokenizeGenerateLogits) {

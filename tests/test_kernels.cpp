@@ -125,7 +125,7 @@ TEST(Kernels, PackedGemmMatchesReferenceOnEveryIsa) {
     const WeightMatrix m{type, static_cast<int64_t>(n_in), static_cast<int64_t>(n_out), bytes.data(), row_bytes(type, n_in)};
     const auto packed = PackedMatrix::pack(m);
     ASSERT_TRUE(packed.has_value());
-    for (int n_tok : {1, 3, 8, 13}) {
+    for (int n_tok : {1, 3, 8, 13, 29}) {
       std::vector<BlockQ8A> xq(static_cast<size_t>(n_tok) * nb);
       for (int t = 0; t < n_tok; ++t)
         quantize_activations_q8a(random_vector(n_in, 80 + static_cast<uint32_t>(t)).data(), xq.data() + t * nb, n_in);

@@ -40,7 +40,6 @@ inline std::string temp_path(const std::string& name) {
           ("kestrel-test-" + std::to_string(::getpid()) + "-" + name)).string();
 }
 
-// n consecutive token ids from `first` (toy prompts whose runs never repeat).
 // n values drawn from N(0, scale^2), seeded.
 inline std::vector<float> gaussian_vector(size_t n, uint32_t seed, float scale = 1.0f) {
   std::mt19937 rng(seed);
@@ -50,6 +49,7 @@ inline std::vector<float> gaussian_vector(size_t n, uint32_t seed, float scale =
   return v;
 }
 
+// n consecutive token ids from `first` (toy prompts whose runs never repeat).
 inline std::vector<int32_t> iota_tokens(int32_t n, int32_t first = 100) {
   std::vector<int32_t> t(static_cast<size_t>(n));
   std::iota(t.begin(), t.end(), first);

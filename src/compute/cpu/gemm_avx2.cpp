@@ -198,7 +198,8 @@ void half_tile_s24(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t
             const BlockQ8A& xb = xq[static_cast<size_t>(t) * 2 * nb + 2 * b + static_cast<size_t>(a)];
             long long x8;
             std::memcpy(&x8, xb.qs + 8 * p, 8);
-            const __m256i xg = _mm256_shuffle_epi8(_mm256_set1_epi64x(x8), ctrl);
+            const __m256i x8v = _mm256_set1_epi64x(x8);
+          const __m256i xg = _mm256_shuffle_epi8(kQ8 ? x8v : _mm256_xor_si256(x8v, to_unsigned), ctrl);
             sum[t] = _mm256_add_epi32(sum[t], widen_pairs(_mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(xg, wv))));
           }
         } else {
@@ -228,46 +229,92 @@ void half_tile_s24(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t
   for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16 + 8 * half, acc[t]);
 }
 
-// Group g of a 2:4 layout in its dense layout (Q8_0x16 or Q4_0x16) at out, 8 rows at a time (see the
-// AVX-512 expansion).
+// Many tokens: group g of a 2:4 layout in the wide layout (packed_sparse24.h) at out, 8 rows at a time.
 template <PackedLayout L>
-void expand_s24(const PackedView& w, int64_t g, uint8_t* out) {
+void prepare_s24_wide(const PackedView& w, int64_t g, const uint8_t* after, uint8_t* out) {
   constexpr bool kQ8 = L == PackedLayout::S24_Q8x16;
-  constexpr size_t kDenseBlock = kQ8 ? 32 + 512 : 32 + 256;
-  const __m256i control = load256(kSparse24Expand.data());
-  const __m256i lane_offset[2] = {load256(kSparse24ExpandOffset[0].data()), load256(kSparse24ExpandOffset[1].data())};
-  const __m256i flip = _mm256_set1_epi8(static_cast<char>(kQ8 ? 0x80 : 8)), low4 = _mm256_set1_epi8(0xF);
-  for (int64_t b = 0; b < w.n_blocks; ++b) {
-    const uint8_t* blk = w.data + static_cast<size_t>(g * w.n_blocks + b) * w.block_bytes;
-    for (int a = 0; a < 2; ++a) {
-      uint8_t* dense = out + static_cast<size_t>(2 * b + a) * kDenseBlock;
-      std::memcpy(dense, blk, 32);  // the rows' scales
-      for (int half = 0; half < 2; ++half) {
-        const uint8_t* masks = blk + sparse24_masks_offset(L) + 8 * half;
-        __m256i q[8];  // dense codes of groups 8a + k, the half's rows
-        for (int k = 0; k < 8; ++k) {
-          const int v = 4 * a + k / 2, e = k % 2;
-          __m256i m = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(masks + 16 * v)));
-          if (e) m = _mm256_srli_epi32(m, 4);
-          const __m256i ctrl = _mm256_add_epi8(_mm256_permutevar8x32_epi32(control, m), lane_offset[e]);
-          __m256i kept;  // [8 rows][4] the pair's kept codes (Q4: flipped so that a zero expands to 8)
+  const __m256i first = load256(kSparse24Gather[0].data()), second = load256(kSparse24Gather[1].data());  // masks & 7
+  const __m256i low4 = _mm256_set1_epi8(0xF), eight = _mm256_set1_epi8(8), ones = _mm256_set1_epi8(1);
+  const size_t nb = static_cast<size_t>(w.n_blocks);
+  for (size_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = w.data + (static_cast<size_t>(g) * nb + b) * w.block_bytes;
+    prefetch_block(block_ahead(blk, b, kPrefetchBlocks, nb, w.block_bytes, after), w.block_bytes);
+    uint8_t* dst = out + b * kSparse24WideBlockBytes;
+    for (int half = 0; half < 2; ++half) {
+      _mm256_storeu_ps(reinterpret_cast<float*>(dst) + 8 * half, load_8_halves(blk + 16 * half));
+      const uint8_t* masks = blk + sparse24_masks_offset(L) + 8 * half;
+      for (int a = 0; a < 2; ++a) {
+        __m256i weight_sum = _mm256_setzero_si256();  // int16 pairs
+        for (int p = 0; p < 4; ++p) {
+          const int v = 4 * a + p;
+          const __m256i m = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(masks + 16 * v)));
+          const __m256i ctrl = _mm256_or_si256(_mm256_permutevar8x32_epi32(first, m), _mm256_permutevar8x32_epi32(second, _mm256_srli_epi32(m, 4)));
+          __m256i wv;  // [8 rows][4] signed kept codes
           if constexpr (kQ8) {
-            kept = load256(blk + 32 + 64 * v + 32 * half);
+            wv = load256(blk + 32 + 64 * v + 32 * half);
           } else {
-            const __m256i packed = load256(blk + 32 + 64 * (v % 4) + 32 * half);
-            kept = _mm256_xor_si256(_mm256_and_si256(v < 4 ? packed : _mm256_srli_epi16(packed, 4), low4), flip);
+            const __m256i packed = load256(blk + 32 + 64 * p + 32 * half);
+            wv = _mm256_sub_epi8(_mm256_and_si256(a == 0 ? packed : _mm256_srli_epi16(packed, 4), low4), eight);
           }
-          q[k] = _mm256_xor_si256(_mm256_shuffle_epi8(kept, ctrl), flip);
+          weight_sum = _mm256_add_epi16(weight_sum, _mm256_maddubs_epi16(ones, wv));  // |pairs| <= 8 x 254
+          uint8_t* pair = dst + kSparse24WidePairs + kSparse24WidePairBytes * v + 32 * half;
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(pair), wv);
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(pair + 64), ctrl);
         }
-        auto* dst = reinterpret_cast<__m256i*>(dense + 32 + 32 * half);  // + 2 per 64 bytes
-        if constexpr (kQ8) {
-          for (int k = 0; k < 8; ++k) _mm256_storeu_si256(dst + 2 * k, q[k]);
-        } else {
-          for (int k = 0; k < 4; ++k) _mm256_storeu_si256(dst + 2 * k, _mm256_or_si256(q[k], _mm256_slli_epi16(q[k + 4], 4)));
-        }
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + kSparse24WideOffsets + 64 * a + 32 * half),
+                            _mm256_slli_epi32(widen_pairs(weight_sum), 7));
       }
     }
   }
+}
+
+// T tokens through the half's 8 rows of a group prepared by prepare_s24_wide: per pair of groups and token
+// one shuffle gathers the activations of 4 of its 8 inputs (the dense tiles multiply all 8). Q4: the
+// activations made unsigned as they are broadcast (x ^ 0x80 = x + 128; |w| <= 8 keeps maddubs' pairs in
+// range) and 128 x the kept codes' sums off per block; Q8: |w| times sign-adjusted activations, so nothing
+// saturates.
+template <PackedLayout L, int T>
+void half_tile_s24_wide(const PackedView& w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, int half) {
+  constexpr bool kQ8 = L == PackedLayout::S24_Q8x16;
+  const __m256i to_unsigned = _mm256_set1_epi8(static_cast<char>(0x80));  // Q4
+  __m256 acc[T];
+  KESTREL_UNROLL
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  for (size_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = w.data + (static_cast<size_t>(g) * nb + b) * kSparse24WideBlockBytes;
+    const __m256 d = _mm256_loadu_ps(reinterpret_cast<const float*>(blk) + 8 * half);
+    for (int a = 0; a < 2; ++a) {
+      __m256i sum[T];  // per row: int32 sums (Q8), int16 pairs (Q4: 4 x 2 x 255 x 8 < 2^15)
+      KESTREL_UNROLL
+      for (int t = 0; t < T; ++t) sum[t] = _mm256_setzero_si256();
+      for (int p = 0; p < 4; ++p) {
+        const int v = 4 * a + p;
+        const uint8_t* pair = blk + kSparse24WidePairs + kSparse24WidePairBytes * v + 32 * half;
+        const __m256i wv = load256(pair), ctrl = load256(pair + 64);
+        const __m256i magnitude = kQ8 ? _mm256_sign_epi8(wv, wv) : wv;
+        KESTREL_UNROLL
+        for (int t = 0; t < T; ++t) {
+          long long x8;
+          std::memcpy(&x8, xq[static_cast<size_t>(t) * 2 * nb + 2 * b + static_cast<size_t>(a)].qs + 8 * p, 8);
+          const __m256i x8v = _mm256_set1_epi64x(x8);
+          const __m256i xg = _mm256_shuffle_epi8(kQ8 ? x8v : _mm256_xor_si256(x8v, to_unsigned), ctrl);
+          if constexpr (kQ8)
+            sum[t] = _mm256_add_epi32(sum[t], widen_pairs(_mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(xg, wv))));
+          else
+            sum[t] = _mm256_add_epi16(sum[t], _mm256_maddubs_epi16(xg, wv));
+        }
+      }
+      const __m256i offset_terms = load256(blk + kSparse24WideOffsets + 64 * a + 32 * half);
+      KESTREL_UNROLL
+      for (int t = 0; t < T; ++t) {
+        const float dx = xq[static_cast<size_t>(t) * 2 * nb + 2 * b + static_cast<size_t>(a)].d;
+        const __m256i s32 = kQ8 ? sum[t] : _mm256_sub_epi32(widen_pairs(sum[t]), offset_terms);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), _mm256_mul_ps(d, _mm256_set1_ps(dx)), acc[t]);
+      }
+    }
+  }
+  KESTREL_UNROLL
+  for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16 + 8 * half, acc[t]);
 }
 
 // The 8 sub-blocks' scales and mins of the half's 8 rows, out[0][j] and out[1][j], from the packed 6-bit
@@ -489,8 +536,16 @@ struct Avx2Tiles {
         half_tile<L, T>(w, xq, nb, y, ys, g, half, after);
     }
   }
+  // 2:4 layouts (gemm_driver.h's sparse24_gemm): the direct tiles up to 8 tokens, the wide ones beyond
+  // (at 12 tokens they beat the direct ones, from memory too), in tiles of 4 (measured against 6).
+  static constexpr int kSparseDirectTokens = 8;
+  static constexpr int kWideTokens = 4;
   template <PackedLayout L>
-  static void expand(const PackedView& w, int64_t g, uint8_t* out) { expand_s24<L>(w, g, out); }
+  static void prepare_wide(const PackedView& w, int64_t g, const uint8_t* after, uint8_t* out) { prepare_s24_wide<L>(w, g, after, out); }
+  template <PackedLayout L, int T>
+  static void tile_wide(const PackedView& w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g) {
+    for (int half = 0; half < 2; ++half) half_tile_s24_wide<L, T>(w, xq, nb, y, ys, g, half);
+  }
 };
 
 }  // namespace

@@ -166,44 +166,78 @@ void tile_s24(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, 
   for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16, acc[t]);
 }
 
-// Group g of a 2:4 layout in its dense layout (Q8_0x16 or Q4_0x16) at out: per group of 4 inputs, a
-// byte-shuffle control from the rows' masks spreads each row's 2 kept codes over its 4 inputs.
+// Many tokens: group g of a 2:4 layout in the wide layout (packed_sparse24.h) at out, so that the token
+// tiles (tile_s24_wide) only load, shuffle and multiply; the controls and weight sums as tile_s24 makes them.
 template <PackedLayout L>
-void expand_s24(const PackedView& w, int64_t g, uint8_t* out) {
+void prepare_s24_wide(const PackedView& w, int64_t g, const uint8_t* after, uint8_t* out) {
   constexpr bool kQ8 = L == PackedLayout::S24_Q8x16;
-  constexpr size_t kDenseBlock = kQ8 ? 32 + 512 : 32 + 256;
-  const __m512i control = _mm512_loadu_si512(kSparse24Expand.data());
-  const __m512i lane_offset[2] = {_mm512_loadu_si512(kSparse24ExpandOffset[0].data()), _mm512_loadu_si512(kSparse24ExpandOffset[1].data())};
-  // an expanded zero -> the dense layout's stored zero: Q8_0x16 q + 128; Q4_0x16 codes q ^ 8 (0 <-> 8)
-  const __m512i flip = _mm512_set1_epi8(static_cast<char>(kQ8 ? 0x80 : 8)), low4 = _mm512_set1_epi8(0xF);
+  const __m512i first = _mm512_loadu_si512(kSparse24Gather[0].data()), second = _mm512_loadu_si512(kSparse24Gather[1].data());
+  const __m512i low4 = _mm512_set1_epi8(0xF), eight = _mm512_set1_epi8(8), ones = _mm512_set1_epi8(1);
   for (int64_t b = 0; b < w.n_blocks; ++b) {
     const uint8_t* blk = w.data + static_cast<size_t>(g * w.n_blocks + b) * w.block_bytes;
+    prefetch_block(block_ahead(blk, static_cast<size_t>(b), kPrefetchBlocks, static_cast<size_t>(w.n_blocks), w.block_bytes, after), w.block_bytes);
+    uint8_t* dst = out + static_cast<size_t>(b) * kSparse24WideBlockBytes;
+    _mm512_storeu_ps(dst, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk))));
     const uint8_t* masks = blk + sparse24_masks_offset(L);
     for (int a = 0; a < 2; ++a) {
-      uint8_t* dense = out + static_cast<size_t>(2 * b + a) * kDenseBlock;
-      std::memcpy(dense, blk, 32);  // the rows' scales
-      __m512i q[8];  // dense codes of groups 8a + k
-      for (int k = 0; k < 8; ++k) {
-        const int v = 4 * a + k / 2, e = k % 2;
-        __m512i m = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(masks + 16 * v)));
-        if (e) m = _mm512_srli_epi32(m, 4);
-        const __m512i ctrl = _mm512_add_epi8(_mm512_permutexvar_epi32(m, control), lane_offset[e]);
-        __m512i kept;  // [16 rows][4] the pair's kept codes (Q4: flipped so that a zero expands to 8)
+      __m512i weight_sum = _mm512_setzero_si512();
+      for (int p = 0; p < 4; ++p) {
+        const int v = 4 * a + p;
+        const __m512i m = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(masks + 16 * v)));
+        const __m512i ctrl = _mm512_or_si512(_mm512_permutexvar_epi32(m, first), _mm512_permutexvar_epi32(_mm512_srli_epi32(m, 4), second));
+        __m512i wv;
         if constexpr (kQ8) {
-          kept = _mm512_loadu_si512(blk + 32 + 64 * v);
+          wv = _mm512_loadu_si512(blk + 32 + 64 * v);
         } else {
-          const __m512i packed = _mm512_loadu_si512(blk + 32 + 64 * (v % 4));
-          kept = _mm512_xor_si512(_mm512_and_si512(v < 4 ? packed : _mm512_srli_epi16(packed, 4), low4), flip);
+          const __m512i packed = _mm512_loadu_si512(blk + 32 + 64 * p);
+          wv = _mm512_sub_epi8(_mm512_and_si512(a == 0 ? packed : _mm512_srli_epi16(packed, 4), low4), eight);
         }
-        q[k] = _mm512_xor_si512(_mm512_shuffle_epi8(kept, ctrl), flip);
+        weight_sum = _mm512_dpbusd_epi32(weight_sum, ones, wv);
+        _mm512_storeu_si512(dst + kSparse24WidePairs + kSparse24WidePairBytes * v, wv);
+        _mm512_storeu_si512(dst + kSparse24WidePairs + kSparse24WidePairBytes * v + 64, ctrl);
       }
-      if constexpr (kQ8) {
-        for (int k = 0; k < 8; ++k) _mm512_storeu_si512(dense + 32 + 64 * k, q[k]);
-      } else {  // nibble tile: byte (k, row, j) = code of input 4k + j | code of input 4k + 16 + j << 4
-        for (int k = 0; k < 4; ++k) _mm512_storeu_si512(dense + 32 + 64 * k, _mm512_or_si512(q[k], _mm512_slli_epi16(q[k + 4], 4)));
+      _mm512_storeu_si512(dst + kSparse24WideOffsets + 64 * a, _mm512_slli_epi32(weight_sum, 7));
+    }
+  }
+}
+
+// T tokens through a group prepared by prepare_s24_wide: per pair of groups and token, one broadcast made
+// unsigned (x ^ 0x80 = x + 128, as in tile_s24), one shuffle and one dpbusd, where the dense tiles spend two
+// dpbusd on the same 8 inputs; 128 x the kept codes' sums comes off per activation block.
+template <int T>
+void tile_s24_wide(const PackedView& w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g) {
+  const __m512i to_unsigned = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512 acc[T];
+  KESTREL_UNROLL
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (size_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = w.data + (static_cast<size_t>(g) * nb + b) * kSparse24WideBlockBytes;
+    const __m512 d = _mm512_loadu_ps(blk);
+    for (int a = 0; a < 2; ++a) {
+      __m512i sum[T];
+      KESTREL_UNROLL
+      for (int t = 0; t < T; ++t) sum[t] = _mm512_setzero_si512();
+      for (int p = 0; p < 4; ++p) {
+        const int v = 4 * a + p;
+        const uint8_t* pair = blk + kSparse24WidePairs + kSparse24WidePairBytes * v;
+        const __m512i wv = _mm512_loadu_si512(pair), ctrl = _mm512_loadu_si512(pair + 64);
+        KESTREL_UNROLL
+        for (int t = 0; t < T; ++t) {
+          long long x8;
+          std::memcpy(&x8, xq[static_cast<size_t>(t) * 2 * nb + 2 * b + static_cast<size_t>(a)].qs + 8 * p, 8);
+          sum[t] = _mm512_dpbusd_epi32(sum[t], _mm512_shuffle_epi8(_mm512_xor_si512(_mm512_set1_epi64(x8), to_unsigned), ctrl), wv);
+        }
+      }
+      const __m512i offset_terms = _mm512_loadu_si512(blk + kSparse24WideOffsets + 64 * a);
+      KESTREL_UNROLL
+      for (int t = 0; t < T; ++t) {
+        const float dx = xq[static_cast<size_t>(t) * 2 * nb + 2 * b + static_cast<size_t>(a)].d;
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(sum[t], offset_terms)), _mm512_mul_ps(d, _mm512_set1_ps(dx)), acc[t]);
       }
     }
   }
+  KESTREL_UNROLL
+  for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16, acc[t]);
 }
 
 constexpr size_t kPrefetchSuperBlocks = 2;  // super-blocks ahead; measured against 1, 3 and 5
@@ -443,8 +477,16 @@ struct Avx512Tiles {
     else
       tile_32<L, T>(w, xq, nb, y, ys, g, after);
   }
+  // 2:4 layouts (gemm_driver.h's sparse24_gemm): the direct tiles up to 16 tokens (from memory they beat
+  // preparing at 12-16), the wide ones in tiles of 12 beyond (measured against 8 and 16).
+  static constexpr int kSparseDirectTokens = 16;
+  static constexpr int kWideTokens = 12;
   template <PackedLayout L>
-  static void expand(const PackedView& w, int64_t g, uint8_t* out) { expand_s24<L>(w, g, out); }
+  static void prepare_wide(const PackedView& w, int64_t g, const uint8_t* after, uint8_t* out) { prepare_s24_wide<L>(w, g, after, out); }
+  template <PackedLayout, int T>
+  static void tile_wide(const PackedView& w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g) {
+    tile_s24_wide<T>(w, xq, nb, y, ys, g);
+  }
 };
 
 }  // namespace

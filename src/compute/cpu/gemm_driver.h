@@ -56,28 +56,25 @@ void packed_gemm(PackedView w, const BlockQ8A* xq, int n_tok, float* y, size_t y
       });
 }
 
-// A 2:4 layout's GEMM: Tiles::template tile<L, T> for a few tokens, else a few groups at a time expanded
-// (Tiles::template expand<L>(w, g, out)) into a thread's buffer and the dense layout's tiles.
+// A 2:4 layout's GEMM: Tiles::template tile<L, T> for up to Tiles::kSparseDirectTokens tokens; beyond,
+// Tiles::kGroupChunk groups at a time prepared into the wide layout (Tiles::template prepare_wide<L>(w, g,
+// after, out), packed_sparse24.h) in a thread's buffer, then Tiles::template tile_wide<L, T> over them with
+// up to Tiles::kWideTokens tokens per tile.
 template <class Tiles, PackedLayout L>
 void sparse24_gemm(PackedView w, const BlockQ8A* xq, int n_tok, float* y, size_t ys, int64_t group_begin, int64_t group_end) {
-  if (n_tok <= kSparse24DirectTokens) return packed_gemm<Tiles, L>(w, xq, n_tok, y, ys, group_begin, group_end);
-  if (n_tok <= kSparse24TiledTokens) {  // a few direct passes, the weights warm in cache after the first
-    const auto stride = static_cast<size_t>(w.n_blocks) * 2;  // activation blocks per token
-    for (int t0 = 0; t0 < n_tok; t0 += kSparse24DirectTokens)
-      packed_gemm<Tiles, L>(w, xq + static_cast<size_t>(t0) * stride, n_tok - t0 < kSparse24DirectTokens ? n_tok - t0 : kSparse24DirectTokens,
-                            y + static_cast<size_t>(t0) * ys, ys, group_begin, group_end);
-    return;
-  }
-  constexpr PackedLayout kDense = L == PackedLayout::S24_Q8x16 ? PackedLayout::Q8_0x16 : PackedLayout::Q4_0x16;
-  // Tiles::kGroupChunk groups at a time, as the dense GEMM keeps them in cache while the token tiles pass
-  const size_t group_bytes = sparse24_dense_group_bytes(L, w.n_blocks * 64);
-  uint8_t* dense = sparse24_group_buffer(static_cast<size_t>(Tiles::kGroupChunk) * group_bytes);  // [chunk] groups, dense layout
+  if (n_tok <= Tiles::kSparseDirectTokens) return packed_gemm<Tiles, L>(w, xq, n_tok, y, ys, group_begin, group_end);
+  const size_t nb = static_cast<size_t>(w.n_blocks);
+  uint8_t* prepared = sparse24_group_buffer(static_cast<size_t>(Tiles::kGroupChunk) * nb * kSparse24WideBlockBytes);  // [chunk][nb] wide blocks
+  const PackedView wide{prepared, w.n_blocks, kSparse24WideBlockBytes, nullptr, w.accumulate};
   for (int64_t g0 = group_begin; g0 < group_end; g0 += Tiles::kGroupChunk) {
     const int64_t n = group_end - g0 < Tiles::kGroupChunk ? group_end - g0 : Tiles::kGroupChunk;
-    for (int64_t i = 0; i < n; ++i) Tiles::template expand<L>(w, g0 + i, dense + static_cast<size_t>(i) * group_bytes);
-    const uint8_t* next = g0 + n < group_end ? w.data + static_cast<size_t>(g0 + n) * static_cast<size_t>(w.n_blocks) * w.block_bytes : w.next;
-    const PackedView d{dense, w.n_blocks * 2, sparse24_dense_group_bytes(L, 32), next, w.accumulate};
-    packed_gemm<Tiles, kDense>(d, xq, n_tok, y + static_cast<size_t>(g0) * PackedMatrix::kRows, ys, 0, n);
+    for (int64_t i = 0; i < n; ++i) {
+      const uint8_t* after = g0 + i + 1 < group_end ? w.data + static_cast<size_t>(g0 + i + 1) * nb * w.block_bytes : w.next;
+      Tiles::template prepare_wide<L>(w, g0 + i, after, prepared + static_cast<size_t>(i) * nb * kSparse24WideBlockBytes);
+    }
+    drive_packed_gemm<Tiles::kWideTokens, Tiles::kGroupChunk, 2>(
+        wide, xq, n_tok, y + static_cast<size_t>(g0) * PackedMatrix::kRows, ys, 0, n,
+        [&]<int T>(const BlockQ8A* x, float* yt, int64_t g, const uint8_t*) { Tiles::template tile_wide<L, T>(wide, x, nb, yt, ys, g); });
   }
 }
 

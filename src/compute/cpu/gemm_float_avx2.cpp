@@ -62,7 +62,7 @@ void sparse_f16_group(const PackedView& w, const float* x, size_t x_stride, floa
 void sparse_f16_gemm(PackedView w, const float* x, int n_tok, float* y, size_t ys, int64_t group_begin, int64_t group_end) {
   const size_t n_in = static_cast<size_t>(w.n_blocks) * 64;
   const size_t nb = static_cast<size_t>(w.n_blocks);
-  if (n_tok <= kSparse24DirectTokens) {
+  if (n_tok <= kSparse24F16DirectTokens) {
     for (int64_t g = group_begin; g < group_end; ++g) {
       const uint8_t* after = g + 1 < group_end ? w.data + static_cast<size_t>(g + 1) * nb * w.block_bytes : w.next;
       switch (n_tok) {

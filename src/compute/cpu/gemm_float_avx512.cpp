@@ -9,7 +9,7 @@ namespace kestrel {
 namespace {
 
 void sparse_f16_gemm(PackedView w, const float* x, int n_tok, float* y, size_t ys, int64_t group_begin, int64_t group_end) {
-  if (n_tok <= kSparse24DirectTokens) return packed_gemm_f32_kernel_avx2(PackedLayout::S24_F16x16)(w, x, n_tok, y, ys, group_begin, group_end);
+  if (n_tok <= kSparse24F16DirectTokens) return packed_gemm_f32_kernel_avx2(PackedLayout::S24_F16x16)(w, x, n_tok, y, ys, group_begin, group_end);
   sparse_f16_prefill<Vec512>(w, x, n_tok, y, ys, group_begin, group_end);
 }
 

@@ -35,7 +35,7 @@ inline void expand_sparse_f16_group(const PackedView& w, int64_t g, uint8_t* out
 
 template <class V>
 void sparse_f16_prefill(PackedView w, const float* x, int n_tok, float* y, size_t ys, int64_t group_begin, int64_t group_end) {
-  const size_t group_bytes = sparse24_dense_group_bytes(PackedLayout::S24_F16x16, w.n_blocks * 64);
+  const size_t group_bytes = sparse24_f16_dense_group_bytes(w.n_blocks * 64);
   uint8_t* dense = sparse24_group_buffer(static_cast<size_t>(kFloatGroupChunk) * group_bytes);  // [chunk] groups, F16Fma16
   for (int64_t g0 = group_begin; g0 < group_end; g0 += kFloatGroupChunk) {
     const int64_t n = group_end - g0 < kFloatGroupChunk ? group_end - g0 : kFloatGroupChunk;

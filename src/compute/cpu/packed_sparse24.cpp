@@ -39,11 +39,6 @@ int kept_code(PackedLayout l, const uint8_t* blk, int k, int i, int s) {
 
 }  // namespace
 
-size_t sparse24_dense_group_bytes(PackedLayout l, int64_t n_in) {
-  const size_t per_32 = l == PackedLayout::S24_Q8x16 ? 32 + 512 : l == PackedLayout::S24_Q4x16 ? 32 + 256 : 1024;
-  return static_cast<size_t>(n_in / 32) * per_32;
-}
-
 void pack_sparse24_block(PackedLayout l, const uint8_t* const* rows, uint8_t* out) {
   const DType type = l == PackedLayout::S24_Q8x16 ? DType::S24_Q8 : l == PackedLayout::S24_Q4x16 ? DType::S24_Q4 : DType::S24_F16;
   const size_t idx_at = dtype_traits(type).block_bytes - 8;  // the file block's position bytes

@@ -1,7 +1,9 @@
 // The 2:4 sparse packed layouts (compute/cpu/packed_matrix.h) built from the file's 2:4 blocks
 // (quant/sparse24.h) and decoded row by row for the references. A few tokens (decode) multiply the sparse
-// bytes directly, reading about half the dense bytes; many tokens expand each row group once into the dense
-// layout (Q8_0x16, Q4_0x16, F16Fma16) and run the dense kernel, so prefill costs what dense prefill does.
+// bytes directly, reading about half the dense bytes. Many tokens: the integer layouts prepare each row
+// group once per call (kept codes next to their activation shuffle controls, the "wide" layout below) and
+// the wide tiles then only load, shuffle and multiply, half the dense kernel's multiplies (prefill faster
+// than dense); the F16 layout expands groups into the dense F16Fma16 layout and runs the dense kernel.
 //
 // Keep masks: bit j of row r's 4-bit mask for a 4-input group says whether input j is kept (two bits set).
 // Per pair v of groups (2v, 2v + 1) of a block, 16 bytes: byte r = row r's mask of group 2v in the low
@@ -40,20 +42,6 @@ inline constexpr std::array<std::array<uint32_t, 16>, 2> kSparse24Gather = {
     sparse24_mask_table([](uint32_t m) { return uint32_t(mask_position(m, 0)) | uint32_t(mask_position(m, 1)) << 8; }),
     sparse24_mask_table([](uint32_t m) { return uint32_t(4 + mask_position(m, 0)) << 16 | uint32_t(4 + mask_position(m, 1)) << 24; }),
 };
-// Expanding weights (prefill): byte j of a row's dense group = its kept byte 0 or 1 where input j is kept,
-// zero (0x80) elsewhere; a kernel adds the row's kept bytes' place in its 16-byte lane,
-// kSparse24ExpandOffset[e][r] = 4 (r % 4) + 2 e in every byte for group 2v + e.
-inline constexpr std::array<uint32_t, 16> kSparse24Expand = sparse24_mask_table([](uint32_t m) {
-  uint32_t v = 0;
-  for (int j = 0; j < 4; ++j) v |= uint32_t(mask_position(m, 0) == j ? 0 : mask_position(m, 1) == j ? 1 : 0x80) << (8 * j);
-  return v;
-});
-inline constexpr std::array<std::array<uint32_t, 16>, 2> kSparse24ExpandOffset = [] {
-  std::array<std::array<uint32_t, 16>, 2> o{};
-  for (uint32_t e = 0; e < 2; ++e)
-    for (uint32_t r = 0; r < 16; ++r) o[e][r] = (4 * (r % 4) + 2 * e) * 0x01010101u;
-  return o;
-}();
 // The float layout's positions: kSparse24Position[s][mask] = kept value s's input in the group.
 inline constexpr std::array<std::array<uint32_t, 16>, 2> kSparse24Position = {
     sparse24_mask_table([](uint32_t m) { return uint32_t(mask_position(m, 0)); }),
@@ -65,21 +53,31 @@ constexpr size_t sparse24_masks_offset(PackedLayout l) {
   return l == PackedLayout::S24_Q8x16 ? 32 + 512 : l == PackedLayout::S24_Q4x16 ? 32 + 256 : 1024;
 }
 
-// Up to this many tokens the 2:4 kernels multiply the sparse bytes; beyond, groups are expanded into the
-// dense layout and the dense kernel runs, which costs what dense prefill does.
-constexpr int kSparse24DirectTokens = 4;
-// Up to this many, the direct kernel runs in passes of kSparse24DirectTokens tokens instead (expanding
-// costs about as much as the dense products of ~8 tokens; at 16 the two were level, measured).
-constexpr int kSparse24TiledTokens = 8;
+// Up to this many tokens the 2:4 F16 kernels multiply the sparse values; beyond, groups are expanded into
+// F16Fma16 and the dense float GEMM runs. (The integer layouts' threshold is each ISA's: Tiles::kSparseDirectTokens.)
+constexpr int kSparse24F16DirectTokens = 4;
 
-// Bytes of a dense-layout group of n_in inputs (Q8_0x16, Q4_0x16 or F16Fma16: what the expansion writes).
-size_t sparse24_dense_group_bytes(PackedLayout l, int64_t n_in);
+// Bytes of a group of n_in inputs expanded into F16Fma16.
+constexpr size_t sparse24_f16_dense_group_bytes(int64_t n_in) { return static_cast<size_t>(n_in) * 16 * 2; }
+
+// The wide layout of an integer 2:4 group (S24_Q8x16, S24_Q4x16), written per call by the ISA's
+// prepare_wide for many tokens. Per 64-input block, kSparse24WideBlockBytes:
+//   [16] float      row scales, at 0
+//   [2][16] int32   128 x each row's sum of kept codes per 32-input activation block, at kSparse24WideOffsets
+//   [8 pairs of groups] { [16 rows][4] int8 signed kept codes, [16 rows][4] byte-shuffle control that puts
+//                         each row's 4 kept inputs' activations (of the pair's 8) next to them }, from
+//                         kSparse24WidePairs, kSparse24WidePairBytes each
+// AVX2 reads the first or second 32 bytes of each 64 (rows 0-7, 8-15).
+constexpr size_t kSparse24WideOffsets = 64;
+constexpr size_t kSparse24WidePairs = 192;
+constexpr size_t kSparse24WidePairBytes = 128;
+constexpr size_t kSparse24WideBlockBytes = kSparse24WidePairs + 8 * kSparse24WidePairBytes;
 
 // The packed block of 16 rows from their file blocks: rows[i] is row i's 2:4 block (72, 42 or 26 bytes).
 void pack_sparse24_block(PackedLayout l, const uint8_t* const* rows, uint8_t* out);
 // Row i's 64 weights of one packed block.
 void unpack_sparse24_block_row(PackedLayout l, const uint8_t* block, int row, float* out);
-// The calling thread's buffer for one expanded group, at least `bytes` long (64-byte aligned; grown as
+// The calling thread's buffer for prepared or expanded groups, at least `bytes` long (64-byte aligned; grown as
 // needed, kept for the thread's later calls).
 uint8_t* sparse24_group_buffer(size_t bytes);
 
