@@ -1,0 +1,52 @@
+#include "dist/communicator.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace kestrel {
+
+#if KESTREL_HAVE_MPI
+// dist/mpi_communicator.cpp
+Result<std::unique_ptr<Communicator>> make_mpi_communicator();
+#endif
+
+namespace {
+
+class LocalCommunicator final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string backend() const override { return "local"; }
+  void all_reduce_sum(float*, size_t) override {}
+  void broadcast(void*, size_t, int) override {}
+  void all_gather(const float* in, size_t n, float* out) override {
+    if (out != in) std::memmove(out, in, n * sizeof(float));
+  }
+  void barrier() override {}
+  [[noreturn]] void abort(const std::string& why, int code) override {
+    std::fprintf(stderr, "kestrel: %s\n", why.c_str());
+    std::exit(code);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_local_communicator() { return std::make_unique<LocalCommunicator>(); }
+
+bool launched_by_mpirun() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
+    if (std::getenv(var)) return true;
+  return false;
+}
+
+Result<std::unique_ptr<Communicator>> launch_communicator() {
+  if (!launched_by_mpirun()) return make_local_communicator();
+#if KESTREL_HAVE_MPI
+  return make_mpi_communicator();
+#else
+  return Error{"launched by mpirun, but this kestrel was built without MPI (install libopenmpi-dev and rebuild)"};
+#endif
+}
+
+}  // namespace kestrel

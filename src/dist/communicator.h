@@ -1,0 +1,60 @@
+// The processes a run is split over and the collective operations between them (DESIGN.md: dist/).
+// One process without mpirun (LocalCommunicator: every collective is the identity); under mpirun, Open
+// MPI's world (MpiCommunicator, built when CMake finds MPI). Every rank must make the same collective calls
+// in the same order with the same sizes (MPI's rule); a rank that cannot go on calls abort(), which ends
+// every rank of the job instead of leaving the others waiting.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+
+namespace kestrel {
+
+// What a communicator has sent and waited for since it was made (or since reset_stats): collective calls,
+// the bytes this rank contributed to them, and the wall time spent inside them.
+struct CommStats {
+  uint64_t messages = 0;
+  uint64_t bytes = 0;
+  double seconds = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string backend() const = 0;  // "local" or "mpi"
+
+  // data[n] <- the element-wise sum of every rank's data[n].
+  virtual void all_reduce_sum(float* data, size_t n) = 0;
+  // data[bytes] <- root's data[bytes] on every rank.
+  virtual void broadcast(void* data, size_t bytes, int root) = 0;
+  // out[size()][n] <- every rank's in[n], in rank order, on every rank.
+  virtual void all_gather(const float* in, size_t n, float* out) = 0;
+  // Returns once every rank has called it.
+  virtual void barrier() = 0;
+  // Ends every rank of the job with exit status `code` after printing `why` on this one; never returns.
+  [[noreturn]] virtual void abort(const std::string& why, int code) = 0;
+
+  const CommStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = {}; }
+
+ protected:
+  CommStats stats_;
+};
+
+// One process: rank 0 of 1.
+std::unique_ptr<Communicator> make_local_communicator();
+
+// True when this process was started by mpirun (Open MPI's or a PMI launcher's environment is set).
+bool launched_by_mpirun();
+
+// The world this process runs in: MPI's when launched by mpirun, else a local communicator. Initialises
+// MPI at most once per process (the communicator finalises it when destroyed). Fails with a clear message
+// when launched by mpirun but built without MPI.
+Result<std::unique_ptr<Communicator>> launch_communicator();
+
+}  // namespace kestrel

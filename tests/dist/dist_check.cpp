@@ -1,0 +1,68 @@
+// Run under mpirun by tests/test_dist.cpp: every collective of the launched communicator checked against
+// what each rank can compute alone. Prints "rank R of N: ok" and exits 0, or names the first mismatch and
+// ends the job with status 1. `--fail-rank R`: rank R leaves without a word before the first collective (the others must not
+// hang); `--abort-rank R`: rank R calls Communicator::abort.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "dist/communicator.h"
+
+namespace {
+
+// Ends every rank: the others may be waiting in a collective this rank will not join.
+[[noreturn]] void fail(kestrel::Communicator& c, const std::string& what) {
+  c.abort("dist_check FAILED: " + what, 1);
+  __builtin_unreachable();  // abort() is [[noreturn]], which a virtual call does not tell the compiler
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int fail_rank = -1, abort_rank = -1;
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], "--fail-rank") == 0) fail_rank = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--abort-rank") == 0) abort_rank = std::atoi(argv[i + 1]);
+  }
+  auto launched = kestrel::launch_communicator();
+  if (!launched.ok()) {
+    std::fprintf(stderr, "dist_check: %s\n", launched.error().c_str());
+    return 2;
+  }
+  kestrel::Communicator& c = **launched;
+  const int r = c.rank(), n = c.size();
+  if (r == fail_rank) std::_Exit(3);
+  if (r == abort_rank) c.abort("asked to abort", 4);
+
+  // all_reduce_sum: element i of rank r holds r + i / 8; the sum is n (n - 1) / 2 + n i / 8. Sizes past
+  // one message and odd ones included.
+  for (size_t len : {size_t{1}, size_t{7}, size_t{4096}, size_t{100003}}) {
+    std::vector<float> v(len);  // [len]
+    for (size_t i = 0; i < len; ++i) v[i] = static_cast<float>(r) + static_cast<float>(i % 64) / 8;
+    c.all_reduce_sum(v.data(), len);
+    for (size_t i = 0; i < len; ++i) {
+      const float want = static_cast<float>(n * (n - 1) / 2) + static_cast<float>(n) * static_cast<float>(i % 64) / 8;
+      if (std::fabs(v[i] - want) > 1e-4f * (1 + std::fabs(want))) fail(c, "all_reduce_sum at " + std::to_string(i));
+    }
+  }
+  // broadcast from the last rank
+  std::string text = r == n - 1 ? "from the last rank" : std::string(18, '?');
+  c.broadcast(text.data(), text.size(), n - 1);
+  if (text != "from the last rank") fail(c, "broadcast: " + text);
+  // all_gather: rank r sends {r, 10 r, 100 r}
+  const float mine[3] = {static_cast<float>(r), 10.f * r, 100.f * r};
+  std::vector<float> all(3 * static_cast<size_t>(n), -1.f);  // [n][3]
+  c.all_gather(mine, 3, all.data());
+  for (int k = 0; k < n; ++k)
+    if (all[3 * k] != static_cast<float>(k) || all[3 * k + 1] != 10.f * k || all[3 * k + 2] != 100.f * k) fail(c, "all_gather");
+  c.barrier();
+  // Counted: 4 reductions + 1 broadcast + 1 gather + 1 barrier (the broadcast's bytes on its root only).
+  const kestrel::CommStats& s = c.stats();
+  const uint64_t want_bytes = 4 * (1 + 7 + 4096 + 100003) + (r == n - 1 ? 18 : 0) + 12;
+  if (n > 1 && (s.messages != 7 || s.bytes != want_bytes)) fail(c, "stats " + std::to_string(s.messages) + " " + std::to_string(s.bytes));
+  std::printf("rank %d of %d: ok (%s)\n", r, n, c.backend().c_str());
+  return 0;
+}
