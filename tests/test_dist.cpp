@@ -57,6 +57,9 @@ void expect_partition(const TpModelShape& shape, int n_ranks) {
     ASSERT_TRUE(shard.ok()) << shard.error();
     EXPECT_EQ(shard->vocab_begin, next_vocab);
     next_vocab += shard->n_vocab;
+    ASSERT_EQ(shard->vocab_offsets.size(), static_cast<size_t>(n_ranks) + 1);
+    EXPECT_EQ(shard->vocab_offsets[static_cast<size_t>(r)], shard->vocab_begin);
+    EXPECT_EQ(shard->vocab_offsets[static_cast<size_t>(r) + 1], next_vocab);
     for (size_t il = 0; il < shape.layers.size(); ++il) {
       const TpLayerShard& l = shard->layers[il];
       const int group = shape.layers[il].n_heads / shape.layers[il].n_kv_heads;
@@ -66,7 +69,9 @@ void expect_partition(const TpModelShape& shape, int n_ranks) {
       next_ff[il] += l.n_ff;
       EXPECT_EQ(l.head_begin / group, l.kv_head_begin) << "the first query head reads the first KV head held";
       EXPECT_EQ((l.head_begin + l.n_heads - 1) / group, l.kv_head_begin + l.n_kv_heads - 1) << "and the last the last";
-      EXPECT_EQ(l.n_ff % shape.ffn_down_granule, 0);
+      if (!l.ffn_down_whole) {
+        EXPECT_EQ(l.n_ff % shape.ffn_down_granule, 0);
+      }
     }
   }
   EXPECT_EQ(next_vocab, shape.n_vocab);
@@ -119,27 +124,34 @@ TEST(TensorParallelPlan, ShapesThatCannotSplitAreNamed) {
   EXPECT_NE(error(kv3, 4).find("layer 1: 3 KV heads do not split over 4"), std::string::npos) << error(kv3, 4);
   TpModelShape k_quants = tinyllama_shape();
   k_quants.attn_output_granule = k_quants.ffn_down_granule = 256;
-  EXPECT_TRUE(plan_tensor_parallel(k_quants, 8, 0).ok());  // 4 heads x 64 = one 256-column block
-  EXPECT_NE(error(k_quants, 16).find("not a whole number of its 256-column blocks"), std::string::npos) << error(k_quants, 16);
+  auto eight = plan_tensor_parallel(k_quants, 8, 0);  // 4 heads x 64 = one 256-column block
+  ASSERT_TRUE(eight.ok());
+  EXPECT_FALSE(eight->layers[0].attn_output_whole);
+  auto sixteen = plan_tensor_parallel(k_quants, 16, 3);  // 2 heads x 64: half a block, so the whole matrix
+  ASSERT_TRUE(sixteen.ok());
+  EXPECT_TRUE(sixteen->layers[0].attn_output_whole);
+  EXPECT_EQ(sixteen->layers[0].head_begin, 6);
   TpModelShape narrow = tinyllama_shape();
-  narrow.layers[0].n_ff = 64;
-  EXPECT_NE(error(narrow, 4).find("64 FFN channels do not split over 4"), std::string::npos) << error(narrow, 4);
+  narrow.layers[0].n_ff = 64;  // two 32-column blocks over 4 ranks: channel by channel, ffn_down whole
+  auto by_channel = plan_tensor_parallel(narrow, 4, 3);
+  ASSERT_TRUE(by_channel.ok());
+  EXPECT_TRUE(by_channel->layers[0].ffn_down_whole);
+  EXPECT_FALSE(by_channel->layers[1].ffn_down_whole);
+  EXPECT_EQ(by_channel->layers[0].ff_begin, 48);
+  EXPECT_EQ(by_channel->layers[0].n_ff, 16);
+  expect_partition(narrow, 4);
+  narrow.layers[0].n_ff = 3;
+  EXPECT_NE(error(narrow, 4).find("3 FFN channels do not split over 4"), std::string::npos) << error(narrow, 4);
   EXPECT_FALSE(plan_tensor_parallel(tinyllama_shape(), 2, 2).ok());
 }
 
 #if KESTREL_HAVE_MPI
-// mpirun with n ranks of `program` (as root too: Open MPI refuses root without its two variables), on
-// shared memory, oversubscribing this machine's cores; `timeout` turns a hang into status 124.
-std::string mpirun(int n, const std::string& program) {
-  return "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 mpirun --oversubscribe --bind-to none "
-         "--mca btl self,vader --mca btl_vader_single_copy_mechanism none -x ASAN_OPTIONS=detect_leaks=0 -np " +
-         std::to_string(n) + " " + program + " 2>&1";
-}
+using test::mpirun_command;
 
 TEST(Dist, MpiCollectivesAgreeOnEveryRank) {
   for (int n : {2, 3}) {
     std::string out;
-    ASSERT_EQ(test::run_command(mpirun(n, KESTREL_DIST_CHECK), out), 0) << out;
+    ASSERT_EQ(test::run_command(mpirun_command(n, KESTREL_DIST_CHECK), out), 0) << out;
     for (int r = 0; r < n; ++r)
       EXPECT_NE(out.find("rank " + std::to_string(r) + " of " + std::to_string(n) + ": ok (mpi)"), std::string::npos) << out;
   }
@@ -147,10 +159,10 @@ TEST(Dist, MpiCollectivesAgreeOnEveryRank) {
 
 TEST(Dist, ARankThatDiesOrAbortsEndsTheJob) {
   std::string out;
-  int status = test::run_command(mpirun(3, std::string(KESTREL_DIST_CHECK) + " --fail-rank 1"), out);
+  int status = test::run_command(mpirun_command(3, std::string(KESTREL_DIST_CHECK) + " --fail-rank 1"), out);
   EXPECT_NE(status, 0) << out;
   EXPECT_NE(status, 124) << "the job hung\n" << out;
-  status = test::run_command(mpirun(2, std::string(KESTREL_DIST_CHECK) + " --abort-rank 0"), out);
+  status = test::run_command(mpirun_command(2, std::string(KESTREL_DIST_CHECK) + " --abort-rank 0"), out);
   EXPECT_NE(status, 0) << out;
   EXPECT_NE(status, 124) << "the job hung\n" << out;
   EXPECT_NE(out.find("rank 0: asked to abort"), std::string::npos) << out;

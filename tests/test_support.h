@@ -56,6 +56,16 @@ inline std::vector<int32_t> iota_tokens(int32_t n, int32_t first = 100) {
   return t;
 }
 
+// A shell command running `program` as n processes under Open MPI's mpirun: as root too (Open MPI refuses
+// root without its two variables), over shared memory, oversubscribing this machine's cores, without leak
+// checks in the ranks (Open MPI's own allocations outlive main); `timeout` turns a hang into status 124.
+// stderr is merged into stdout, or dropped.
+inline std::string mpirun_command(int n, const std::string& program, bool keep_stderr = true) {
+  return "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 mpirun --oversubscribe --bind-to none "
+         "--mca btl self,vader --mca btl_vader_single_copy_mechanism none -x ASAN_OPTIONS=detect_leaks=0 -np " +
+         std::to_string(n) + " " + program + (keep_stderr ? " 2>&1" : " 2>/dev/null");
+}
+
 // Runs a shell command, returning its exit status and stdout.
 inline int run_command(const std::string& command, std::string& output) {
   FILE* pipe = ::popen(command.c_str(), "r");

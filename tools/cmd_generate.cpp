@@ -20,6 +20,7 @@ struct GenerateArgs {
   int block_size = 16;
   int ubatch = 512;
   int64_t seed = -1;
+  int tp = 1;
   bool ignore_eos = false;
   bool no_display_prompt = false;
   SamplingParams sampling;
@@ -47,8 +48,16 @@ int run_generate(GenerateArgs& a) {
     std::fprintf(stderr, "error: %s\n", st.error().c_str());
     return 1;
   }
+  // Tensor parallel: every rank runs this same loop on the same logits (gathered whole on each) with the
+  // same seed, so they sample the same tokens and make the same collective calls; rank 0 prints.
+  const auto world = tensor_parallel_world(a.tp);
+  if (!world) return 1;
+  const bool printing = world->rank() == 0;
   a.sampling.seed = a.seed >= 0 ? static_cast<uint64_t>(a.seed) : std::random_device{}();
-  auto model = load_model(a.model);
+  world->broadcast(&a.sampling.seed, sizeof a.sampling.seed, 0);
+  if (world->size() > 1 && (!a.draft_model.empty() || a.spec.ngram > 0))
+    world->abort("error: speculative decoding does not run tensor parallel yet", 1);
+  auto model = load_model(a.model, !printing, world.get());
   if (!model || !kv_types_fit(*model, a.kv_types)) return 1;
   auto tokenizer = Tokenizer::from_gguf(model->file());
   if (!tokenizer.ok()) {
@@ -90,7 +99,7 @@ int run_generate(GenerateArgs& a) {
   }
   Sampler sampler(a.sampling);
 
-  if (!a.no_display_prompt) {
+  if (!a.no_display_prompt && printing) {
     std::fputs(a.prompt.c_str(), stdout);
     std::fflush(stdout);
   }
@@ -100,6 +109,7 @@ int run_generate(GenerateArgs& a) {
     for (int32_t id : {tokenizer->vocab().eos, tokenizer->vocab().eot})
       if (id >= 0) end_tokens.push_back(id);
   const auto on_token = [&](int32_t token) {
+    if (!printing) return true;
     const std::string text = decoder.push(token);
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
@@ -107,6 +117,7 @@ int run_generate(GenerateArgs& a) {
   };
   auto stats = spec ? spec->generate(prompt, a.n_predict, sampler, end_tokens, on_token)
                     : plain->generate(prompt, a.n_predict, sampler, end_tokens, on_token);
+  if (!printing) return stats.ok() ? 0 : 1;
   const std::string rest = decoder.flush();
   std::fwrite(rest.data(), 1, rest.size(), stdout);
   std::fputs("\n", stdout);
@@ -122,6 +133,11 @@ int run_generate(GenerateArgs& a) {
                s.generate_s > 0 ? (s.n_generated > 1 ? (s.n_generated - 1) / s.generate_s : s.n_generated / s.generate_s)
                                 : 0.0);
   if (spec) print_spec_stats(spec->stats(), spec->target_forwards(), s.n_generated);
+  if (world->size() > 1) {
+    const CommStats& c = world->stats();
+    std::fprintf(stderr, "tensor parallel: %d ranks, rank 0 sent %.2f MB in %llu collectives, %.3f s inside them\n", world->size(),
+                 static_cast<double>(c.bytes) / 1e6, static_cast<unsigned long long>(c.messages), c.seconds);
+  }
   return 0;
 }
 
@@ -149,6 +165,7 @@ void add_generate(CLI::App& app, Action& run) {
   cmd->add_option("--presence-penalty", args->sampling.presence_penalty, "Presence penalty");
   cmd->add_option("--frequency-penalty", args->sampling.frequency_penalty, "Frequency penalty");
   cmd->add_option("-s,--seed", args->seed, "Random seed (-1: random)");
+  add_tensor_parallel_option(cmd, args->tp);
   cmd->add_flag("--ignore-eos", args->ignore_eos, "Keep generating past end-of-sequence tokens");
   add_cache_type_options(cmd, args->kv_types);
   add_speculative_options(cmd, args->draft_model, args->spec, false);

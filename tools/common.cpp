@@ -111,15 +111,41 @@ bool kv_types_fit(const Model& model, KvTypes types) {
   return why.empty();
 }
 
-std::unique_ptr<Model> load_model(const std::string& path, bool quiet) {
+std::unique_ptr<Model> load_model(const std::string& path, bool quiet, Communicator* tensor_parallel) {
   Timer timer;
-  auto model = Model::load(path, quiet ? std::function<void(double)>() : progress_bar("loading"));
+  auto model = Model::load(path, quiet ? std::function<void(double)>() : progress_bar("loading"), true, tensor_parallel);
   if (!model.ok()) {
+    if (tensor_parallel && tensor_parallel->size() > 1) tensor_parallel->abort("error: " + model.error(), 1);
     std::fprintf(stderr, "error: %s\n", model.error().c_str());
     return nullptr;
   }
   if (!quiet) std::fprintf(stderr, "load time: %.3f s\n", timer.elapsed_s());
   return std::move(model).value();
+}
+
+void add_tensor_parallel_option(CLI::App* cmd, int& tp) {
+  cmd->add_option("--tp", tp, "Tensor-parallel ranks: run under mpirun -np N with --tp N (heads, FFN channels and "
+                              "output rows split over the processes)")
+      ->check(CLI::Range(1, 4096));
+}
+
+std::unique_ptr<Communicator> tensor_parallel_world(int tp) {
+  auto world = launch_communicator();
+  if (!world.ok()) {
+    std::fprintf(stderr, "error: %s\n", world.error().c_str());
+    return nullptr;
+  }
+  const int size = (*world)->size();
+  if (size != tp) {
+    const std::string why = size == 1 ? "--tp " + std::to_string(tp) + " needs " + std::to_string(tp) +
+                                            " processes: run under mpirun -np " + std::to_string(tp)
+                                      : "launched as " + std::to_string(size) + " processes, but --tp is " + std::to_string(tp) +
+                                            " (pass --tp " + std::to_string(size) + ")";
+    if (size > 1) (*world)->abort("error: " + why, 1);
+    std::fprintf(stderr, "error: %s\n", why.c_str());
+    return nullptr;
+  }
+  return std::move(world).value();
 }
 
 bool read_text_file(const std::string& path, std::string& out) {

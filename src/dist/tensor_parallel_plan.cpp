@@ -44,22 +44,26 @@ Result<TpShard> plan_tensor_parallel(const TpModelShape& shape, int n_ranks, int
       return Error{at_layer(il) + std::to_string(l.n_kv_heads) + " KV heads do not split over " + std::to_string(n_ranks) +
                    " tensor-parallel ranks (need a multiple or a divisor of " + std::to_string(n_ranks) + ")"};
     }
-    if ((static_cast<long>(s.n_heads) * shape.head_dim_v) % shape.attn_output_granule != 0)
-      return Error{at_layer(il) + "a rank's " + std::to_string(s.n_heads) + " heads x " + std::to_string(shape.head_dim_v) +
-                   " value columns of attn_output are not a whole number of its " + std::to_string(shape.attn_output_granule) +
-                   "-column blocks"};
-    if (l.n_ff % shape.ffn_down_granule != 0 || l.n_ff / shape.ffn_down_granule < n_ranks)
-      return Error{at_layer(il) + std::to_string(l.n_ff) + " FFN channels do not split over " + std::to_string(n_ranks) +
-                   " ranks in ffn_down's " + std::to_string(shape.ffn_down_granule) + "-column blocks"};
+    s.attn_output_whole = (static_cast<long>(s.n_heads) * shape.head_dim_v) % shape.attn_output_granule != 0;
+    if (l.n_ff < n_ranks)
+      return Error{at_layer(il) + std::to_string(l.n_ff) + " FFN channels do not split over " + std::to_string(n_ranks) + " ranks"};
+    s.ffn_down_whole = l.n_ff % shape.ffn_down_granule != 0 || l.n_ff / shape.ffn_down_granule < n_ranks;
+    const int granule = s.ffn_down_whole ? 1 : shape.ffn_down_granule;
     int unit_begin = 0, n_units = 0;
-    even_share(l.n_ff / shape.ffn_down_granule, n_ranks, rank, unit_begin, n_units);
-    s.ff_begin = unit_begin * shape.ffn_down_granule;
-    s.n_ff = n_units * shape.ffn_down_granule;
+    even_share(l.n_ff / granule, n_ranks, rank, unit_begin, n_units);
+    s.ff_begin = unit_begin * granule;
+    s.n_ff = n_units * granule;
     shard.layers.push_back(s);
   }
   if (shape.n_vocab < n_ranks)
     return Error{"a vocabulary of " + std::to_string(shape.n_vocab) + " does not split over " + std::to_string(n_ranks) + " ranks"};
-  even_share(shape.n_vocab, n_ranks, rank, shard.vocab_begin, shard.n_vocab);
+  for (int k = 0; k <= n_ranks; ++k) {
+    int begin = shape.n_vocab, n = 0;
+    if (k < n_ranks) even_share(shape.n_vocab, n_ranks, k, begin, n);
+    shard.vocab_offsets.push_back(begin);
+  }
+  shard.vocab_begin = shard.vocab_offsets[static_cast<size_t>(rank)];
+  shard.n_vocab = shard.vocab_offsets[static_cast<size_t>(rank) + 1] - shard.vocab_begin;
   return shard;
 }
 

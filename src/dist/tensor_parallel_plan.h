@@ -35,17 +35,24 @@ struct TpLayerShard {
   int head_begin = 0, n_heads = 0;
   int kv_head_begin = 0, n_kv_heads = 0;
   int ff_begin = 0, n_ff = 0;
+  // The rank's heads end inside one of attn_output's column blocks (K-quants' 256 columns over narrow
+  // heads): it multiplies the whole matrix, with zeros where other ranks' heads go, instead of a slice.
+  bool attn_output_whole = false;
+  // Fewer of ffn_down's column blocks than ranks: the channels split one by one, and each rank multiplies
+  // the whole ffn_down with zeros for the others' channels.
+  bool ffn_down_whole = false;
 };
 
 struct TpShard {
   int rank = 0, n_ranks = 1;
   std::vector<TpLayerShard> layers;  // [n_layers]
   int vocab_begin = 0, n_vocab = 0;  // output rows this rank computes
+  std::vector<int> vocab_offsets;    // [n_ranks + 1]: rank k computes rows [vocab_offsets[k], vocab_offsets[k + 1])
 };
 
 // Rank `rank`'s share of `shape` over n_ranks. Errors name the layer and the numbers that do not split:
-// query heads not a multiple of n_ranks; KV heads neither a multiple nor a divisor of n_ranks; a head
-// boundary off attn_output's granule; fewer FFN granules than ranks.
+// query heads not a multiple of n_ranks; KV heads neither a multiple nor a divisor of n_ranks; fewer FFN
+// channels than ranks.
 Result<TpShard> plan_tensor_parallel(const TpModelShape& shape, int n_ranks, int rank);
 
 }  // namespace kestrel

@@ -15,6 +15,14 @@ struct LayerShape {
   int n_heads = 0;     // query heads, a multiple of n_kv_heads
   int n_kv_heads = 0;
   int n_ff = 0;        // dense FFN width
+  // attn_output's input heads when it is wider than n_heads (a tensor-parallel rank that multiplies the
+  // whole matrix, model/tensor_parallel_shard.h): this layer's heads are its heads [wo_head_begin,
+  // wo_head_begin + n_heads), the others' inputs zero. 0: attn_output takes exactly n_heads.
+  int wo_heads = 0;
+  int wo_head_begin = 0;
+  // Likewise ffn_down's input channels when wider than n_ff: this layer's channels start at down_channel_begin.
+  int down_channels = 0;
+  int down_channel_begin = 0;
 };
 
 struct HParams {

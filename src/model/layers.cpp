@@ -37,6 +37,15 @@ void matmul(ThreadPool& pool, ForwardWorkspace& ws, const WeightMatrix& w, const
   observe(ws, w, x, n_tok);
   ops::matmul(pool, w, x, y, n_tok, accumulate);
 }
+
+// wide[n_tok, n_wide] <- rows[n_tok, n] at columns [begin, begin + n), zeros elsewhere; returns wide. For a
+// tensor-parallel rank that multiplies a whole row-parallel matrix (LayerShape::wo_heads, down_channels).
+float* widen_rows(const float* rows, int n_tok, int n, int n_wide, int begin, float* wide) {
+  std::fill_n(wide, static_cast<size_t>(n_tok) * n_wide, 0.f);
+  for (int t = 0; t < n_tok; ++t)
+    std::copy_n(rows + static_cast<size_t>(t) * n, n, wide + static_cast<size_t>(t) * n_wide + begin);
+  return wide;
+}
 }  // namespace
 
 void attention(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const LayerShape& shape, const ArchTraits& arch,
@@ -67,6 +76,8 @@ void attention(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, con
   const AttentionRows rows{batch.positions, batch.block_tables};
   const ops::KvWrite write{k, v, &rope, arch.rope_style};  // K rotated as it is written
   ops::attention_paged(pool, q, kv, rows, attn, n_tok, shape.n_heads, 1.0f / std::sqrt(float(hd)), &write);
+  if (shape.wo_heads > 0)  // attn_output takes more heads than this layer has: the others' inputs are zero
+    attn = widen_rows(attn, n_tok, Dq, shape.wo_heads * hd, shape.wo_head_begin * hd, ws.get(Buffer::Wide, static_cast<size_t>(n_tok) * shape.wo_heads * hd));
   matmul(pool, ws, pw.matrix(*L.wo), attn, out, n_tok, ops::Accumulate::Yes);
 }
 
@@ -136,14 +147,18 @@ void attention_mla(ThreadPool& pool, const PackedWeights& pw, const HParams& hp,
 }
 
 void ffn_dense(ThreadPool& pool, const WeightMatrix& gate, const WeightMatrix& up, const WeightMatrix& down,
-               const ops::MatmulInput& in, float* out, int n_tok, ForwardWorkspace& ws, ops::Accumulate accumulate) {
+               const ops::MatmulInput& in, float* out, int n_tok, ForwardWorkspace& ws, ops::Accumulate accumulate,
+               int down_channel_begin) {
   const size_t n = static_cast<size_t>(n_tok) * static_cast<size_t>(gate.n_out);
   float* g = ws.get(ForwardWorkspace::Buffer::Gate, n);  // [n_tok, n_ff]
   float* u = ws.get(ForwardWorkspace::Buffer::Up, n);    // [n_tok, n_ff]
   const WeightMatrix gate_up[] = {gate, up};
   observe(ws, gate_up, in, n_tok);
   ops::matmul_swiglu(pool, gate, up, in, g, u, n_tok);
-  matmul(pool, ws, down, g, out, n_tok, accumulate);
+  const int n_ff = static_cast<int>(gate.n_out), n_down = static_cast<int>(down.n_in);
+  const float* h = n_down == n_ff ? g : widen_rows(g, n_tok, n_ff, n_down, down_channel_begin,
+                                                   ws.get(ForwardWorkspace::Buffer::Wide, static_cast<size_t>(n_tok) * n_down));
+  matmul(pool, ws, down, h, out, n_tok, accumulate);
 }
 
 void ffn_moe(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const LayerWeights& L, const float* h, float* out,

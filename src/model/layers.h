@@ -30,9 +30,12 @@ void attention_mla(ThreadPool& pool, const PackedWeights& pw, const HParams& hp,
 
 // SwiGLU feed-forward: down(silu(gate(h)) * up(h)), h = in's rows after its norm (if any), written to out
 // or, with Accumulate::Yes, added to it. in: [n_tok, n_embd] -> out: [n_tok, n_embd]. Scratch: ws's Gate
-// and Up buffers.
+// and Up buffers. When down takes more channels than gate and up give (a tensor-parallel rank multiplying
+// the whole ffn_down, LayerShape::down_channels), theirs are its channels from down_channel_begin and the
+// others are zero (ws's Wide buffer).
 void ffn_dense(ThreadPool& pool, const WeightMatrix& gate, const WeightMatrix& up, const WeightMatrix& down,
-               const ops::MatmulInput& in, float* out, int n_tok, ForwardWorkspace& ws, ops::Accumulate accumulate);
+               const ops::MatmulInput& in, float* out, int n_tok, ForwardWorkspace& ws, ops::Accumulate accumulate,
+               int down_channel_begin = 0);
 
 // Mixture of experts: softmax (or sigmoid) router over n_expert, top-k per token, optionally renormalised
 // and scaled; each chosen expert runs once over all the tokens routed to it; shared experts, when present,

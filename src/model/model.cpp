@@ -12,6 +12,12 @@
 
 namespace kestrel {
 namespace {
+// x[n] += the sum over every rank of part[n] (part is overwritten with that sum).
+void add_all_ranks(Communicator& comm, float* part, float* x, size_t n) {
+  comm.all_reduce_sum(part, n);
+  for (size_t i = 0; i < n; ++i) x[i] += part[i];
+}
+
 // Drops the whole pages inside [data, data + n) from this process (file-backed: re-read if touched again).
 void release_pages(const uint8_t* data, size_t n) {
   const uintptr_t page = 4096, begin = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page,
@@ -21,17 +27,19 @@ void release_pages(const uint8_t* data, size_t n) {
 }  // namespace
 
 Result<std::unique_ptr<Model>> Model::load(const std::string& path, const std::function<void(double)>& progress,
-                                           bool repack) {
+                                           bool repack, Communicator* tensor_parallel) {
   auto file = GgufFile::open(path);
   if (!file.ok()) return Error{file.error()};
-  auto model = from_file(std::move(file).value());
+  auto model = from_file(std::move(file).value(), tensor_parallel);
   if (!model.ok()) return Error{path + ": " + model.error()};
-  // Read every weight page once now, so load time is paid here rather than in the first forward.
+  // Read every weight page once now, so load time is paid here rather than in the first forward (a
+  // tensor-parallel rank reads only its shard, as it packs it).
   const GgufFile& f = model.value()->file();
   size_t total = 0, done = 0, next_report = 0;
   for (const TensorView& t : f.tensors()) total += t.n_bytes;
   volatile uint8_t sink = 0;
   for (const TensorView& t : f.tensors()) {
+    if (model.value()->tp_) break;
     for (size_t off = 0; off < t.n_bytes; off += 4096) sink = sink + t.data[off];
     done += t.n_bytes;
     if (progress && done >= next_report) {
@@ -49,7 +57,7 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const std::f
   return model;
 }
 
-Result<std::unique_ptr<Model>> Model::from_file(GgufFile file) {
+Result<std::unique_ptr<Model>> Model::from_file(GgufFile file, Communicator* tensor_parallel) {
   auto arch_name = file.get_string("general.architecture");
   if (!arch_name.ok()) return Error{arch_name.error()};
   if (!arch_name.value()) return Error{"missing metadata 'general.architecture'"};
@@ -68,6 +76,14 @@ Result<std::unique_ptr<Model>> Model::from_file(GgufFile file) {
   m->hparams_ = hp.value();
   m->arch_ = arch;
   m->weights_ = std::move(weights).value();
+  if (tensor_parallel && tensor_parallel->size() > 1) {
+    auto shard = shard_for_tensor_parallel(m->weights_, m->hparams_, *arch, tensor_parallel->size(), tensor_parallel->rank());
+    if (!shard.ok()) return Error{shard.error()};
+    m->tp_shard_ = std::move(shard).value();
+    m->hparams_ = m->tp_shard_->hparams;
+    m->weights_ = m->tp_shard_->weights;
+    m->tp_ = tensor_parallel;
+  }
   m->packed_.use_int8_scales(m->weights_.int8);
   return m;
 }
@@ -131,6 +147,11 @@ void Model::forward(ThreadPool& pool, const ModelInput& batch, KvStorage& kv, fl
       float* h = ws.get(Buffer::Normed, n_act);  // [n_tok, n_embd] normalised input of the block
       ops::rmsnorm(pool, x, attn_in.norm_weight, h, n_tok, E, hp.rms_eps);
       layers::attention_mla(pool, packed_, hp, *arch_, L, rope, batch, kv.layer(il), h, x, ws);
+    } else if (tp_) {  // this rank's heads' share of the output, summed over the ranks
+      float* part = ws.get(Buffer::Partial, n_act);  // [n_tok, n_embd]
+      std::fill_n(part, n_act, 0.f);
+      layers::attention(pool, packed_, hp, hp.layer(il), *arch_, L, rope, batch, kv.layer(il), attn_in, part, ws);
+      add_all_ranks(*tp_, part, x, n_act);
     } else {
       layers::attention(pool, packed_, hp, hp.layer(il), *arch_, L, rope, batch, kv.layer(il), attn_in, x, ws);
     }
@@ -139,6 +160,11 @@ void Model::forward(ThreadPool& pool, const ModelInput& batch, KvStorage& kv, fl
       float* h = ws.get(Buffer::Normed, n_act);  // [n_tok, n_embd] normalised input of the block
       ops::rmsnorm(pool, x, ffn_in.norm_weight, h, n_tok, E, hp.rms_eps);
       layers::ffn_moe(pool, packed_, hp, L, h, x, n_tok, ws);
+    } else if (tp_) {  // this rank's channels' share, summed over the ranks
+      float* part = ws.get(Buffer::Partial, n_act);  // [n_tok, n_embd]
+      layers::ffn_dense(pool, packed_.matrix(*L.ffn_gate), packed_.matrix(*L.ffn_up), packed_.matrix(*L.ffn_down),
+                        ffn_in, part, n_tok, ws, ops::Accumulate::No, hp.layer(il).down_channel_begin);
+      add_all_ranks(*tp_, part, x, n_act);
     } else {
       layers::ffn_dense(pool, packed_.matrix(*L.ffn_gate), packed_.matrix(*L.ffn_up), packed_.matrix(*L.ffn_down),
                         ffn_in, x, n_tok, ws, ops::Accumulate::Yes);
@@ -152,7 +178,34 @@ void Model::forward(ThreadPool& pool, const ModelInput& batch, KvStorage& kv, fl
   ops::rmsnorm(pool, last, reinterpret_cast<const float*>(weights_.output_norm->data), last, n_out, E, hp.rms_eps);
   const WeightMatrix output = packed_.matrix(*weights_.output);
   if (ws.observer) ws.observer->observe(std::span<const WeightMatrix>(&output, 1), last, n_out);
-  ops::matmul(pool, output, last, logits, n_out);
+  if (!tp_) return ops::matmul(pool, output, last, logits, n_out);
+  gather_logits(pool, output, last, n_out, logits, ws);
+}
+
+// Each rank's rows of the output matrix, gathered into [n_out, n_vocab] on every rank: the local rows go
+// into a [n_out, widest share] slot (zero-padded), and the all_gather's [n_ranks][n_out][widest] is laid out
+// by vocabulary.
+void Model::gather_logits(ThreadPool& pool, const WeightMatrix& output, const float* last, int n_out, float* logits,
+                          ForwardWorkspace& ws) const {
+  using Buffer = ForwardWorkspace::Buffer;
+  const std::vector<int>& offsets = tp_shard_->plan.vocab_offsets;  // [n_ranks + 1]
+  const int n_ranks = tp_->size(), n_local = static_cast<int>(output.n_out);
+  int widest = 0;
+  for (int k = 0; k < n_ranks; ++k) widest = std::max(widest, offsets[k + 1] - offsets[k]);
+  const size_t slot = static_cast<size_t>(n_out) * widest;
+  float* local = ws.get(Buffer::Partial, slot);  // [n_out, widest]
+  std::fill_n(local, slot, 0.f);
+  float* rows = ws.get(Buffer::Logits, static_cast<size_t>(n_out) * n_local + slot * n_ranks);
+  ops::matmul(pool, output, last, rows, n_out);  // [n_out, n_local]
+  for (int i = 0; i < n_out; ++i)
+    std::copy_n(rows + static_cast<size_t>(i) * n_local, n_local, local + static_cast<size_t>(i) * widest);
+  float* all = rows + static_cast<size_t>(n_out) * n_local;  // [n_ranks][n_out][widest]
+  tp_->all_gather(local, slot, all);
+  const size_t n_vocab = static_cast<size_t>(offsets[n_ranks]);
+  for (int k = 0; k < n_ranks; ++k)
+    for (int i = 0; i < n_out; ++i)
+      std::copy_n(all + static_cast<size_t>(k) * slot + static_cast<size_t>(i) * widest, offsets[k + 1] - offsets[k],
+                  logits + static_cast<size_t>(i) * n_vocab + offsets[k]);
 }
 
 }  // namespace kestrel

@@ -15,7 +15,7 @@ class ForwardWorkspace {
  public:
   ActivationObserver* observer = nullptr;  // calibration: sees every matrix product's input (optional)
 
-  enum class Buffer { Residual, Normed, Q, K, V, AttnOut, Gate, Up, Last, Count };
+  enum class Buffer { Residual, Normed, Q, K, V, AttnOut, Gate, Up, Last, Partial, Logits, Wide, Count };
 
   // At least n floats for `buffer`; the contents are whatever its previous user left there.
   float* get(Buffer buffer, size_t n) {

@@ -1,0 +1,135 @@
+// Tensor parallelism (`mpirun -np N kestrel logits --tp N`, model/tensor_parallel_shard.h): for every dense
+// reference model of ../shared/reference, the logits of a prefill and of feeding the tokens one at a time,
+// split over 2 and 4 ranks, are within the README's tolerances of llama.cpp's, and within float rounding of
+// the single-process run (but for F16 / BF16 weights); shapes and models it cannot split end every rank
+// with a message.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include "reference_logits_support.h"
+#include "test_support.h"
+
+namespace kestrel {
+namespace {
+
+#if KESTREL_HAVE_MPI
+std::string kestrel_cmd(const std::string& args) { return std::string(KESTREL_BINARY) + " " + args; }
+
+struct Case {
+  std::string model, prompt_file, reference;
+};
+
+// The manifest's cases of one prompt per model (p1), the prompt written to a file for the command line.
+std::vector<Case> reference_cases(const std::string& shared) {
+  const auto manifest = nlohmann::json::parse(test::read_file(shared + "/reference/manifest.json"));
+  std::vector<Case> cases;
+  for (const auto& c : manifest["cases"]) {
+    const std::string logits = c["logits"].get<std::string>();
+    if (logits.find(".p1.") == std::string::npos) continue;
+    Case k{shared + "/" + c["model"].get<std::string>(), test::temp_path("tp-prompt-" + std::to_string(cases.size()) + ".txt"),
+           shared + "/" + logits};
+    std::ofstream(k.prompt_file) << c["prompt"].get<std::string>();
+    cases.push_back(k);
+  }
+  return cases;
+}
+
+bool splits_today(const std::string& model) {
+  return model.find("mixtral") == std::string::npos && model.find("moe") == std::string::npos &&
+         model.find("deepseek") == std::string::npos;
+}
+
+TEST(TensorParallel, ReferenceModelsGiveTheirLogitsOverTwoAndFourRanks) {
+  KESTREL_REQUIRE_SHARED(shared);
+  const std::string out_file = test::temp_path("tp.logits"), single_file = test::temp_path("tp-single.logits");
+  int n_checked = 0;
+  for (const Case& c : reference_cases(shared)) {
+    const std::string name = std::filesystem::path(c.model).filename().string();
+    if (!splits_today(name)) continue;
+    SCOPED_TRACE(name);
+    const test::ReferenceLogits ref = test::read_reference(c.reference);
+    std::string out;
+    ASSERT_EQ(test::run_command(kestrel_cmd("logits -m " + c.model + " -f " + c.prompt_file + " -o " + single_file + " 2>&1"), out), 0) << out;
+    const test::ReferenceLogits single = test::read_reference(single_file);
+    for (int tp : {2, 4}) {
+      for (const char* mode : {"", " --one-by-one"}) {
+        SCOPED_TRACE("--tp " + std::to_string(tp) + mode);
+        const std::string args = "logits -m " + c.model + " -f " + c.prompt_file + " -o " + out_file + " -t 1 --tp " +
+                                 std::to_string(tp) + mode;
+        std::filesystem::remove(out_file);
+        ASSERT_EQ(test::run_command(test::mpirun_command(tp, kestrel_cmd(args)), out), 0) << out;
+        const test::ReferenceLogits got = test::read_reference(out_file);
+        ASSERT_EQ(got.tokens, ref.tokens);
+        ASSERT_EQ(got.n_vocab, ref.n_vocab);
+        const int n = static_cast<int>(ref.tokens.size());
+        test::expect_within_tolerance(name, test::compare(ref.logits, got.logits, n, ref.n_vocab),
+                                      std::string("tp") + std::to_string(tp) + (*mode ? " steps" : " prefill"));
+        // Against the single-process run: F32 weights give the same products summed in another order.
+        // Quantized ones quantize the same activation blocks, but a sum that rounds differently can tip one
+        // activation code to its neighbour (seen: 0.03 on later rows of the Q8_0 model at 4 ranks, as when
+        // one single-process matrix is left unpacked). F16 / BF16 matrices may take another kernel path
+        // when sliced smaller, which rounds differently.
+        const test::Comparison same = test::compare(single.logits, got.logits, n, ref.n_vocab);
+        if (name.find("f32") != std::string::npos || name.find("stories") != std::string::npos) {
+          EXPECT_LE(same.max_abs, 1e-4) << "against the single-process logits";
+        } else {
+          EXPECT_LE(same.mean_kl, 1e-4) << "against the single-process logits";
+          EXPECT_LE(same.max_abs, 0.1) << "against the single-process logits";
+        }
+        ++n_checked;
+      }
+    }
+  }
+  EXPECT_GE(n_checked, 4 * 8);
+  std::filesystem::remove(out_file);
+  std::filesystem::remove(single_file);
+}
+
+// Every rank samples from the same gathered logits with the same seed: the text is the one-process text,
+// greedy and sampled.
+TEST(TensorParallel, GenerateWritesWhatOneProcessWrites) {
+  KESTREL_REQUIRE_SHARED(shared);
+  const std::string args = "generate -m " + shared + "/models/stories260K/stories260K.gguf -p 'Once upon a time' -n 48 -t 1 ";
+  for (const std::string sampling : {"--temp 0", "--temp 0.9 --top-p 0.95 --seed 11"}) {
+    SCOPED_TRACE(sampling);
+    std::string single, split;
+    ASSERT_EQ(test::run_command(kestrel_cmd(args + sampling + " 2>/dev/null"), single), 0);
+    for (int tp : {2, 4}) {
+      ASSERT_EQ(test::run_command(test::mpirun_command(tp, kestrel_cmd(args + sampling + " --tp " + std::to_string(tp)), false), split), 0);
+      EXPECT_EQ(split, single) << "--tp " << tp;
+    }
+  }
+}
+
+TEST(TensorParallel, WhatCannotSplitEndsEveryRankWithAMessage) {
+  KESTREL_REQUIRE_SHARED(shared);
+  const std::string prompt = "-p hello -o " + test::temp_path("tp-error.logits") + " -t 1";
+  std::string out;
+  // a mixture of experts: every rank fails to load, the job ends (124 would be a hang)
+  int status = test::run_command(test::mpirun_command(2, kestrel_cmd("logits -m " + shared + "/reference/syn-mixtral-f32.gguf --tp 2 " + prompt)), out);
+  EXPECT_NE(status, 0);
+  EXPECT_NE(status, 124) << out;
+  EXPECT_NE(out.find("does not split mixture-of-experts models"), std::string::npos) << out;
+  // KV heads that neither split over the ranks nor divide them (8 heads, 2 KV heads, 4 ranks would; the
+  // f32 GQA model over 3 ranks: 8 heads do not)
+  status = test::run_command(test::mpirun_command(3, kestrel_cmd("logits -m " + shared + "/reference/syn-llama-gqa-f32.gguf --tp 3 " + prompt)), out);
+  EXPECT_NE(status, 0);
+  EXPECT_NE(status, 124) << out;
+  EXPECT_NE(out.find("8 attention heads do not split over 3"), std::string::npos) << out;
+  // --tp and the number of processes disagree; --tp without mpirun
+  const std::string f32 = shared + "/reference/syn-llama-gqa-f32.gguf ";
+  status = test::run_command(test::mpirun_command(2, kestrel_cmd("logits -m " + f32 + "--tp 4 " + prompt)), out);
+  EXPECT_NE(status, 0);
+  EXPECT_NE(status, 124) << out;
+  EXPECT_NE(out.find("launched as 2 processes, but --tp is 4"), std::string::npos) << out;
+  EXPECT_NE(test::run_command(kestrel_cmd("logits -m " + f32 + "--tp 2 " + prompt + " 2>&1"), out), 0);
+  EXPECT_NE(out.find("run under mpirun -np 2"), std::string::npos) << out;
+}
+#endif
+
+}  // namespace
+}  // namespace kestrel
