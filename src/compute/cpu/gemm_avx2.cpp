@@ -160,6 +160,20 @@ void half_tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
   for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16 + 8 * half, acc[t]);
 }
 
+// acc[t] += the 2:4 tiles' integer sums of activation block a of weight block b for token t, as floats: Q8's
+// sums as they are, Q4's int16 pairs widened less offset_terms (128 x the rows' kept-code sums), times the
+// rows' scales d and the block's activation scale.
+template <bool kQ8, int T>
+inline void add_s24_block_sums(const __m256i (&sum)[T], __m256i offset_terms, __m256 d, const BlockQ8A* xq, size_t nb, size_t b,
+                               int a, __m256 (&acc)[T]) {
+  KESTREL_UNROLL
+  for (int t = 0; t < T; ++t) {
+    const float dx = xq[static_cast<size_t>(t) * 2 * nb + 2 * b + static_cast<size_t>(a)].d;
+    const __m256i s32 = kQ8 ? sum[t] : _mm256_sub_epi32(widen_pairs(sum[t]), offset_terms);
+    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), _mm256_mul_ps(d, _mm256_set1_ps(dx)), acc[t]);
+  }
+}
+
 // The 2:4 layouts S24_Q8x16 and S24_Q4x16 for the half's 8 rows, a few tokens (see the AVX-512 kernel): per
 // pair of 4-input groups one byte shuffle gathers the activations at each row's 4 kept inputs, and maddubs
 // multiplies them with the 4 kept weights. Q8: |w| and sign-adjusted activations, so nothing saturates;
@@ -216,13 +230,7 @@ void half_tile_s24(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t
           }
         }
       }
-      const __m256i offset_terms = _mm256_slli_epi32(widen_pairs(weight_sum), 7);  // Q4: 128 x sum of w
-      KESTREL_UNROLL
-      for (int t = 0; t < T; ++t) {
-        const float dx = xq[static_cast<size_t>(t) * 2 * nb + 2 * b + static_cast<size_t>(a)].d;
-        const __m256i s32 = kQ8 ? sum[t] : _mm256_sub_epi32(widen_pairs(sum[t]), offset_terms);
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), _mm256_mul_ps(d, _mm256_set1_ps(dx)), acc[t]);
-      }
+      add_s24_block_sums<kQ8, T>(sum, _mm256_slli_epi32(widen_pairs(weight_sum), 7), d, xq, nb, b, a, acc);  // Q4: 128 x sum of w
     }
   }
   KESTREL_UNROLL
@@ -304,13 +312,7 @@ void half_tile_s24_wide(const PackedView& w, const BlockQ8A* xq, size_t nb, floa
             sum[t] = _mm256_add_epi16(sum[t], _mm256_maddubs_epi16(xg, wv));
         }
       }
-      const __m256i offset_terms = load256(blk + kSparse24WideOffsets + 64 * a + 32 * half);
-      KESTREL_UNROLL
-      for (int t = 0; t < T; ++t) {
-        const float dx = xq[static_cast<size_t>(t) * 2 * nb + 2 * b + static_cast<size_t>(a)].d;
-        const __m256i s32 = kQ8 ? sum[t] : _mm256_sub_epi32(widen_pairs(sum[t]), offset_terms);
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), _mm256_mul_ps(d, _mm256_set1_ps(dx)), acc[t]);
-      }
+      add_s24_block_sums<kQ8, T>(sum, load256(blk + kSparse24WideOffsets + 64 * a + 32 * half), d, xq, nb, b, a, acc);
     }
   }
   KESTREL_UNROLL

@@ -109,6 +109,19 @@ void tile_32(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, i
   for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16, acc[t]);
 }
 
+// acc[t] += (sum[t] - offset_terms) of activation block a of weight block b for token t, as floats times the
+// rows' scales d and the block's activation scale (offset_terms: 128 x the rows' kept-code sums, what the
+// unsigned activations add).
+template <int T>
+inline void add_s24_block_sums(const __m512i (&sum)[T], __m512i offset_terms, __m512 d, const BlockQ8A* xq, size_t nb, size_t b, int a,
+                               __m512 (&acc)[T]) {
+  KESTREL_UNROLL
+  for (int t = 0; t < T; ++t) {
+    const float dx = xq[static_cast<size_t>(t) * 2 * nb + 2 * b + static_cast<size_t>(a)].d;
+    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(sum[t], offset_terms)), _mm512_mul_ps(d, _mm512_set1_ps(dx)), acc[t]);
+  }
+}
+
 // The 2:4 layouts S24_Q8x16 and S24_Q4x16 (packed_matrix.h, packed_sparse24.h), a few tokens: per pair of
 // 4-input groups, each row's masks pick a byte-shuffle control from two tables, one shuffle gathers the
 // activations at the row's 4 kept inputs (of the pair's 8) next to its 4 kept signed weights, and one
@@ -154,12 +167,7 @@ void tile_s24(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, 
           sum[t] = _mm512_dpbusd_epi32(sum[t], _mm512_shuffle_epi8(x8u, ctrl), wv);
         }
       }
-      const __m512i offset_terms = _mm512_slli_epi32(weight_sum, 7);
-      KESTREL_UNROLL
-      for (int t = 0; t < T; ++t) {
-        const float dx = xq[static_cast<size_t>(t) * 2 * nb + 2 * b + static_cast<size_t>(a)].d;
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(sum[t], offset_terms)), _mm512_mul_ps(d, _mm512_set1_ps(dx)), acc[t]);
-      }
+      add_s24_block_sums<T>(sum, _mm512_slli_epi32(weight_sum, 7), d, xq, nb, b, a, acc);
     }
   }
   KESTREL_UNROLL
@@ -228,12 +236,7 @@ void tile_s24_wide(const PackedView& w, const BlockQ8A* xq, size_t nb, float* y,
           sum[t] = _mm512_dpbusd_epi32(sum[t], _mm512_shuffle_epi8(_mm512_xor_si512(_mm512_set1_epi64(x8), to_unsigned), ctrl), wv);
         }
       }
-      const __m512i offset_terms = _mm512_loadu_si512(blk + kSparse24WideOffsets + 64 * a);
-      KESTREL_UNROLL
-      for (int t = 0; t < T; ++t) {
-        const float dx = xq[static_cast<size_t>(t) * 2 * nb + 2 * b + static_cast<size_t>(a)].d;
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(sum[t], offset_terms)), _mm512_mul_ps(d, _mm512_set1_ps(dx)), acc[t]);
-      }
+      add_s24_block_sums<T>(sum, _mm512_loadu_si512(blk + kSparse24WideOffsets + 64 * a), d, xq, nb, b, a, acc);
     }
   }
   KESTREL_UNROLL
