@@ -105,6 +105,20 @@ TEST(TensorParallel, GenerateWritesWhatOneProcessWrites) {
   }
 }
 
+// kestrel bench over ranks: rank 0 prints the table once, its rows marked with the ranks.
+TEST(TensorParallel, BenchPrintsOneTableFromRankZero) {
+  KESTREL_REQUIRE_SHARED(shared);
+  std::string out;
+  ASSERT_EQ(test::run_command(test::mpirun_command(2, kestrel_cmd("bench -m " + shared + "/reference/syn-llama-gqa-q8_0-pure.gguf -p 32 -n 8 -r 1 -t 1 --tp 2"), false), out), 0) << out;
+  size_t rows = 0, headers = 0;
+  for (size_t at = 0; (at = out.find(" tp2 | ", at)) != std::string::npos; ++at) ++rows;
+  for (size_t at = 0; (at = out.find("| model |", at)) != std::string::npos; ++at) ++headers;
+  EXPECT_EQ(rows, 2u) << out;
+  EXPECT_EQ(headers, 1u) << out;
+  EXPECT_NE(out.find("| pp32 |"), std::string::npos) << out;
+  EXPECT_NE(out.find("| tg8 |"), std::string::npos) << out;
+}
+
 TEST(TensorParallel, WhatCannotSplitEndsEveryRankWithAMessage) {
   KESTREL_REQUIRE_SHARED(shared);
   const std::string prompt = "-p hello -o " + test::temp_path("tp-error.logits") + " -t 1";

@@ -34,6 +34,7 @@ struct BenchArgs {
   std::string output = "md";
   KvTypes kv_types = KvType::F16;
   bool measure_bandwidth = true;
+  int tp = 1;
   bool interleave_depths = false;  // decode rows of different depths measured token by token in turn
   std::string draft_model;          // speculative decoding rows (with --spec-ngram)
   SpecBenchArgs spec;
@@ -233,17 +234,27 @@ int measure_speculative(const BenchArgs& a, ThreadPool& pool, nlohmann::json& js
 }
 
 int run_bench(BenchArgs& a) {
+  // Tensor parallel: every rank runs the same rows on the same (seeded) tokens, so their collectives pair
+  // up; rank 0 times and prints. The ranks' bandwidth probes would compete, so none runs.
+  const auto world = tensor_parallel_world(a.tp);
+  if (!world) return 1;
+  const bool printing = world->rank() == 0;
+  if (world->size() > 1) {
+    if (!a.draft_model.empty() || a.spec.spec.ngram > 0) world->abort("error: speculative decoding does not run tensor parallel yet", 1);
+    a.measure_bandwidth = false;
+  }
   ThreadPool pool(a.threads);
   nlohmann::json json_rows = nlohmann::json::array();
-  const char* kernels = isa_name(detected_isa());  // the kernel path in use (KESTREL_ISA forces one)
-  if (a.output == "md") {
+  // the kernel path in use (KESTREL_ISA forces one), and the tensor-parallel ranks
+  const std::string kernels = std::string(isa_name(detected_isa())) + (world->size() > 1 ? " tp" + std::to_string(world->size()) : "");
+  if (a.output == "md" && printing) {
     std::printf("| model | size | params | threads | kernels | test | t/s | read GB/s around the test | decode %% of bandwidth ceiling |\n");
     std::printf("| --- | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: |\n");
   }
   std::mt19937 rng(1234);
   std::unique_ptr<BandwidthProbe> probe;  // made on the first decode row that measures bandwidth
   for (const std::string& path : a.models) {
-    auto model = load_model(path, true);
+    auto model = load_model(path, true, world.get());
     if (!model || !kv_types_fit(*model, a.kv_types)) return 1;
     const HParams& hp = model->hparams();
     const std::vector<float> key_centers =  // measured once per model, not per row
@@ -311,9 +322,9 @@ int run_bench(BenchArgs& a) {
     for (Row& row : rows) {
       if (row.samples_ts.empty()) measure_row(row);
       const double bandwidth = Row::mean(row.bandwidth_gbs), fraction = Row::mean(row.ceiling_fractions);
-      if (a.output == "md") {
+      if (a.output == "md" && printing) {
         std::printf("| %s | %.2f MiB | %.2f B | %d | %s | %s | %.2f ± %.2f | %s | %s |\n", path.c_str(),
-                    file_bytes / 1048576.0, params / 1e9, a.threads, kernels, row.test.c_str(), row.avg_ts(), row.stddev_ts(),
+                    file_bytes / 1048576.0, params / 1e9, a.threads, kernels.c_str(), row.test.c_str(), row.avg_ts(), row.stddev_ts(),
                     bandwidth > 0 ? std::to_string(static_cast<int>(std::lround(bandwidth))).c_str() : "",
                     fraction > 0 ? (std::to_string(static_cast<int>(std::lround(fraction * 100))) + "%").c_str() : "");
         std::fflush(stdout);
@@ -322,6 +333,7 @@ int run_bench(BenchArgs& a) {
                            {"model_size", file_bytes},
                            {"model_n_params", params},
                            {"n_threads", a.threads},
+                           {"n_tp", world->size()},
                            {"kernels", kernels},
                            {"test", row.test},
                            {"n_prompt", row.n_prompt},
@@ -339,7 +351,7 @@ int run_bench(BenchArgs& a) {
   }
   if (!a.draft_model.empty() || a.spec.spec.ngram > 0)
     if (int rc = measure_speculative(a, pool, json_rows); rc != 0) return rc;
-  if (a.output == "json") std::printf("%s\n", json_rows.dump(2).c_str());
+  if (a.output == "json" && printing) std::printf("%s\n", json_rows.dump(2).c_str());
   return 0;
 }
 
@@ -363,6 +375,7 @@ void add_bench(CLI::App& app, Action& run) {
   cmd->add_option("-b,--batch-size", a->ubatch, "Tokens per forward during prefill")->check(CLI::Range(1, 8192));
   cmd->add_option("-o,--output", a->output, "Output format: md or json")->check(CLI::IsMember({"md", "json"}));
   cmd->add_flag("!--no-bandwidth", a->measure_bandwidth, "Skip the memory-bandwidth measurement");
+  add_tensor_parallel_option(cmd, a->tp);
   cmd->add_flag("--interleave-depths", a->interleave_depths,
                 "Measure the decode rows of the -d depths token by token in turn (their ratio free of drift)");
   add_cache_type_options(cmd, a->kv_types);
