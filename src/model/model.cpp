@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -38,8 +39,7 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const std::f
   size_t total = 0, done = 0, next_report = 0;
   for (const TensorView& t : f.tensors()) total += t.n_bytes;
   volatile uint8_t sink = 0;
-  for (const TensorView& t : f.tensors()) {
-    if (model.value()->tp_) break;
+  for (const TensorView& t : model.value()->tp_ ? std::span<const TensorView>() : std::span<const TensorView>(f.tensors())) {
     for (size_t off = 0; off < t.n_bytes; off += 4096) sink = sink + t.data[off];
     done += t.n_bytes;
     if (progress && done >= next_report) {
@@ -80,8 +80,8 @@ Result<std::unique_ptr<Model>> Model::from_file(GgufFile file, Communicator* ten
     auto shard = shard_for_tensor_parallel(m->weights_, m->hparams_, *arch, tensor_parallel->size(), tensor_parallel->rank());
     if (!shard.ok()) return Error{shard.error()};
     m->tp_shard_ = std::move(shard).value();
-    m->hparams_ = m->tp_shard_->hparams;
-    m->weights_ = m->tp_shard_->weights;
+    m->hparams_ = std::move(m->tp_shard_->hparams);  // the shard keeps only its views, copies and plan
+    m->weights_ = std::move(m->tp_shard_->weights);
     m->tp_ = tensor_parallel;
   }
   m->packed_.use_int8_scales(m->weights_.int8);

@@ -19,8 +19,10 @@ namespace kestrel {
 
 struct TensorParallelShard {
   TpShard plan;
-  HParams hparams;       // the rank's: layer_shapes from the plan, maxima over them; n_vocab unchanged
-  ModelWeights weights;  // the rank's views (into the file, or into `copies`)
+  // The rank's hyperparameters (layer_shapes from the plan, maxima over them; n_vocab unchanged) and weights
+  // (views into the file, or into `copies`): the model takes both over when it loads the shard.
+  HParams hparams;
+  ModelWeights weights;
   std::deque<TensorView> views;                    // the sliced tensors `weights` points at
   std::vector<std::shared_ptr<uint8_t[]>> copies;  // [n_bytes] of each column-sliced matrix
 };
