@@ -32,9 +32,9 @@ bash scripts/test_aarch64.sh
 echo "== fuzz targets (libFuzzer, ${fuzz_seconds}s each)"
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKESTREL_FUZZ=ON \
   -DKESTREL_BENCH=OFF >/dev/null
-cmake --build build-fuzz -j "$jobs" --target fuzz_gguf fuzz_tokenizer fuzz_chat_template fuzz_openai_request fuzz_logprob_file fuzz_imatrix
+cmake --build build-fuzz -j "$jobs" --target fuzz_gguf fuzz_tokenizer fuzz_chat_template fuzz_openai_request fuzz_logprob_file fuzz_imatrix fuzz_step_plan
 mkdir -p build-fuzz/corpus-gguf build-fuzz/corpus-tokenizer build-fuzz/corpus-template build-fuzz/corpus-request \
-  build-fuzz/corpus-logprob build-fuzz/corpus-imatrix
+  build-fuzz/corpus-logprob build-fuzz/corpus-imatrix build-fuzz/corpus-plan
 ./build/kestrel make-model -o build-fuzz/corpus-gguf/tiny.gguf --layers 1 --dim 64 --heads 4 --kv-heads 2 \
   --ffn 64 --vocab 300 >/dev/null 2>&1
 if [ -d "$shared" ]; then
@@ -64,4 +64,8 @@ python3 -c 'import struct, sys; n = b"blk.0.attn_q.weight"; sys.stdout.buffer.wr
   > build-fuzz/corpus-imatrix/small.dat
 ./build-fuzz/tests/fuzz_imatrix -max_total_time="$short_seconds" -max_len=4096 -rss_limit_mb=2048 \
   -print_final_stats=1 build-fuzz/corpus-imatrix 2>&1 | tail -n 12
+python3 -c 'import struct, sys; sys.stdout.buffer.write(b"KSP1" + struct.pack("<3i", 1, 0, 1) + struct.pack("<i", 1) + struct.pack("<q3i", 7, 0, 1, 3) + struct.pack("<3i", 5, 6, 7) + struct.pack("<2i", 1, 4) + struct.pack("<iq", 1, 9))' \
+  > build-fuzz/corpus-plan/small.plan
+./build-fuzz/tests/fuzz_step_plan -max_total_time="$short_seconds" -max_len=4096 -rss_limit_mb=2048 \
+  -print_final_stats=1 build-fuzz/corpus-plan 2>&1 | tail -n 12
 echo "== all tests passed"

@@ -1,5 +1,6 @@
 // The scheduler on toy pools, without a model: chunked prefill, decodes first, waiting for a prefix being
 // computed, preemption and resume, aging, copy-on-write forks, and the static/dynamic batch policies.
+#include <cstring>
 #include <numeric>
 
 #include "engine/forward_batch.h"
@@ -144,6 +145,41 @@ TEST(Scheduler, PlansCarryTheirTokensPositionsAndPages) {
   s.finish(1);
   s.finish(2);
   EXPECT_EQ(kv.pool().n_free(), 16);
+}
+
+// A plan crosses to other processes as bytes (tensor-parallel serving): encoded and decoded it is the same
+// plan; cut short, padded, or with a count or id out of range it is refused with a message.
+TEST(StepPlanBytes, RoundTripAndMalformedInput) {
+  StepPlan plan;
+  plan.copies = {{3, 5}, {4, 6}};
+  plan.chunks.push_back({11, 0, {100, 101, 102, 103, 104}, {5, 6}, 1});
+  plan.chunks.push_back({12, 9, {7}, {0, 1, 2}, 1});
+  plan.chunks.push_back({13, 4, {}, {8}, 0});
+  plan.preempted = {20, 21};
+  const std::vector<uint8_t> bytes = encode_step_plan(plan);
+  auto back = decode_step_plan(bytes);
+  ASSERT_TRUE(back.ok()) << back.error();
+  EXPECT_EQ(back.value(), plan);
+  EXPECT_TRUE(decode_step_plan(encode_step_plan(StepPlan{})).ok());
+  for (size_t cut = 0; cut < bytes.size(); ++cut) {
+    auto r = decode_step_plan(std::span<const uint8_t>(bytes.data(), cut));
+    ASSERT_FALSE(r.ok()) << cut;
+    EXPECT_NE(r.error().find("malformed step plan"), std::string::npos) << cut << ": " << r.error();
+  }
+  std::vector<uint8_t> padded = bytes;
+  padded.push_back(0);
+  EXPECT_NE(decode_step_plan(padded).error().find("1 bytes after the plan"), std::string::npos);
+  // The first copy's source page (after the magic and the copy count) made negative; the copy count huge.
+  std::vector<uint8_t> bad = bytes;
+  const int32_t minus_one = -1, huge = 1 << 30;
+  std::memcpy(bad.data() + 8, &minus_one, 4);
+  EXPECT_NE(decode_step_plan(bad).error().find("negative page id"), std::string::npos);
+  bad = bytes;
+  std::memcpy(bad.data() + 4, &huge, 4);
+  EXPECT_NE(decode_step_plan(bad).error().find("bad count of page copies"), std::string::npos);
+  bad = bytes;
+  bad[0] ^= 1;
+  EXPECT_NE(decode_step_plan(bad).error().find("bad magic"), std::string::npos);
 }
 
 TEST(Scheduler, SharedPromptIsComputedOnceAndOthersWaitForIt) {

@@ -60,10 +60,15 @@ inline std::vector<int32_t> iota_tokens(int32_t n, int32_t first = 100) {
 // root without its two variables), over shared memory, oversubscribing this machine's cores, without leak
 // checks in the ranks (Open MPI's own allocations outlive main); `timeout` turns a hang into status 124.
 // stderr is merged into stdout, or dropped.
+// mpirun_launcher is the part before the program (without the variables, which it exports in the
+// environment instead: a script's launcher is a word list).
+inline std::string mpirun_launcher(int n, int timeout_s = 120) {
+  return "timeout " + std::to_string(timeout_s) + " mpirun --oversubscribe --bind-to none --mca btl self,vader --mca "
+         "btl_vader_single_copy_mechanism none -x ASAN_OPTIONS=detect_leaks=0 -np " + std::to_string(n);
+}
+inline constexpr const char* kMpiAsRoot = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1";
 inline std::string mpirun_command(int n, const std::string& program, bool keep_stderr = true) {
-  return "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 mpirun --oversubscribe --bind-to none "
-         "--mca btl self,vader --mca btl_vader_single_copy_mechanism none -x ASAN_OPTIONS=detect_leaks=0 -np " +
-         std::to_string(n) + " " + program + (keep_stderr ? " 2>&1" : " 2>/dev/null");
+  return std::string(kMpiAsRoot) + " " + mpirun_launcher(n) + " " + program + (keep_stderr ? " 2>&1" : " 2>/dev/null");
 }
 
 // Runs a shell command, returning its exit status and stdout.

@@ -2,8 +2,9 @@
 // reference model of ../shared/reference, the logits of a prefill and of feeding the tokens one at a time,
 // split over 2 and 4 ranks, are within the README's tolerances of llama.cpp's, and within float rounding of
 // the single-process run (but for F16 / BF16 weights); shapes and models it cannot split end every rank
-// with a message.
+// with a message. kestrel serve --tp answers what one process generates.
 #include <gtest/gtest.h>
+#include <httplib.h>
 
 #include <nlohmann/json.hpp>
 
@@ -18,6 +19,7 @@ namespace {
 
 #if KESTREL_HAVE_MPI
 std::string kestrel_cmd(const std::string& args) { return std::string(KESTREL_BINARY) + " " + args; }
+using test::kMpiAsRoot;
 
 struct Case {
   std::string model, prompt_file, reference;
@@ -117,6 +119,44 @@ TEST(TensorParallel, BenchPrintsOneTableFromRankZero) {
   EXPECT_EQ(headers, 1u) << out;
   EXPECT_NE(out.find("| pp32 |"), std::string::npos) << out;
   EXPECT_NE(out.find("| tg8 |"), std::string::npos) << out;
+}
+
+// kestrel serve --tp: rank 0 serves HTTP and relays each step plan to the other ranks. Greedy completions,
+// one at a time and 6 in one batch, are the one-process generate text, over 2 ranks with F16 KV pages and
+// over 4 with q8_0 pages (whose key centers are a collective forward at start).
+TEST(TensorParallel, ServeAnswersWhatOneProcessGenerates) {
+  KESTREL_REQUIRE_SHARED(shared);
+  const std::string model = shared + "/models/stories260K/stories260K.gguf";
+  const std::string script = std::string(KESTREL_SOURCE_DIR) + "/tests/scripts/serve_equals_generate.sh";
+  for (const auto& [tp, kv] : {std::pair{2, ""}, std::pair{4, " -ctk q8_0 -ctv q8_0"}}) {
+    SCOPED_TRACE("--tp " + std::to_string(tp) + kv);
+    const std::string env = std::string(kMpiAsRoot) + " KESTREL_LAUNCHER='" + test::mpirun_launcher(tp, 300) +
+                            "' SERVE_ARGS='--tp " + std::to_string(tp) + " -t 1' ";
+    std::string out;
+    EXPECT_EQ(test::run_command(env + "bash " + script + " " + KESTREL_BINARY + " " + model + kv + " 2>&1", out), 0) << out;
+    EXPECT_NE(out.find("serve equals generate on 6 prompts"), std::string::npos) << out;
+    EXPECT_NE(out.find("kestrel_tensor_parallel_ranks " + std::to_string(tp)), std::string::npos) << out;
+    EXPECT_NE(out.find("kestrel_tp_collectives_total"), std::string::npos) << out;
+  }
+}
+
+// A server whose rank 0 cannot start (a chat template file that is not there; a port already taken,
+// found after the engine started) ends every rank, with rank 0's message.
+TEST(TensorParallel, ServeThatCannotStartEndsEveryRank) {
+  KESTREL_REQUIRE_SHARED(shared);
+  const std::string serve = "serve -m " + shared + "/models/stories260K/stories260K.gguf --tp 2 -t 1 ";
+  std::string out;
+  int status = test::run_command(test::mpirun_command(2, kestrel_cmd(serve + "--chat-template-file /nonexistent.jinja")), out);
+  EXPECT_NE(status, 0);
+  EXPECT_NE(status, 124) << out;
+  EXPECT_NE(out.find("cannot read '/nonexistent.jinja'"), std::string::npos) << out;
+  httplib::Server taken;
+  const int port = taken.bind_to_any_port("127.0.0.1");
+  ASSERT_GT(port, 0);
+  status = test::run_command(test::mpirun_command(2, kestrel_cmd(serve + "--port " + std::to_string(port))), out);
+  EXPECT_NE(status, 0);
+  EXPECT_NE(status, 124) << out;
+  EXPECT_NE(out.find("error:"), std::string::npos) << out;
 }
 
 TEST(TensorParallel, WhatCannotSplitEndsEveryRankWithAMessage) {

@@ -50,13 +50,11 @@ int run_generate(GenerateArgs& a) {
   }
   // Tensor parallel: every rank runs this same loop on the same logits (gathered whole on each) with the
   // same seed, so they sample the same tokens and make the same collective calls; rank 0 prints.
-  const auto world = tensor_parallel_world(a.tp);
+  const auto world = tensor_parallel_world(a.tp, !a.draft_model.empty() || a.spec.ngram > 0);
   if (!world) return 1;
   const bool printing = world->rank() == 0;
   a.sampling.seed = a.seed >= 0 ? static_cast<uint64_t>(a.seed) : std::random_device{}();
   world->broadcast(&a.sampling.seed, sizeof a.sampling.seed, 0);
-  if (world->size() > 1 && (!a.draft_model.empty() || a.spec.ngram > 0))
-    world->abort("error: speculative decoding does not run tensor parallel yet", 1);
   auto model = load_model(a.model, !printing, world.get());
   if (!model || !kv_types_fit(*model, a.kv_types)) return 1;
   auto tokenizer = Tokenizer::from_gguf(model->file());

@@ -92,7 +92,7 @@ struct LogitsArgs {
 
 int run_logits(LogitsArgs& a) {
   if (!a.prompt_file.empty() && !read_text_file(a.prompt_file, a.prompt)) return 1;
-  const auto world = tensor_parallel_world(a.tp);  // every rank computes the same logits; rank 0 writes them
+  const auto world = tensor_parallel_world(a.tp, false);  // every rank computes the same logits; rank 0 writes them
   if (!world) return 1;
   auto model = load_model(a.model, true, world.get());
   if (!model || !kv_types_fit(*model, a.kv_types)) return 1;

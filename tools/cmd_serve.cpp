@@ -8,6 +8,8 @@
 #include "common.h"
 #include "engine/engine.h"
 #include "engine/speculative_generator.h"
+#include "engine/step_plan_relay.h"
+#include "model/key_centers.h"
 #include "server/engine_loop.h"
 #include "server/http_server.h"
 #include "tokenizer/chat_template.h"
@@ -39,11 +41,50 @@ struct ServeArgs {
   std::string kv_memory;    // KV cache budget in bytes (overrides -c)
   std::string draft_model;  // speculative decoding
   SpeculativeConfig spec;
+  int tp = 1;               // tensor-parallel ranks
 };
 
+// Tensor parallel: rank 0 tells the other ranks how many KV pages to make once it is ready to serve, or 0
+// when it cannot start (then they exit too). Waited for patiently: rank 0 may take a while.
+class FollowerStart {
+ public:
+  explicit FollowerStart(Communicator& world) : world_(world) {}
+  ~FollowerStart() {
+    if (!sent_) go(0);
+  }
+  void go(int32_t n_blocks) {
+    world_.broadcast_patiently(&n_blocks, sizeof n_blocks, 0);
+    sent_ = true;
+  }
+
+ private:
+  Communicator& world_;
+  bool sent_ = false;
+};
+
+// A rank other than 0: no HTTP, tokenizer or scheduler; it runs rank 0's step plans on its shard until
+// rank 0 stops. Signals are rank 0's to handle (it drains, then stops the followers).
+int follow_serving(const ServeArgs& a, const Model& model, Communicator& world) {
+  std::signal(SIGINT, SIG_IGN);
+  std::signal(SIGTERM, SIG_IGN);
+  int32_t n_blocks = 0;
+  world.broadcast_patiently(&n_blocks, sizeof n_blocks, 0);
+  if (n_blocks <= 0) return 1;
+  ThreadPool pool(a.threads);
+  KvStorage kv(model.kv_spec(n_blocks, a.block_size, a.kv_types));  // this rank's KV heads, rank 0's page ids
+  center_keys(kv, model, pool);  // as the Engine does on rank 0 (a collective forward for quantized K)
+  ModelRunner runner(model, pool, kv);
+  follow_step_plans(world, runner);
+  return 0;
+}
+
 int run_serve(ServeArgs& a) {
-  auto model = load_model(a.model);
+  const auto world = tensor_parallel_world(a.tp, !a.draft_model.empty() || a.spec.ngram > 0);
+  if (!world) return 1;
+  auto model = load_model(a.model, world->rank() != 0, world.get());
   if (!model || !kv_types_fit(*model, a.kv_types)) return 1;
+  if (world->rank() != 0) return follow_serving(a, *model, *world);
+  FollowerStart followers(*world);
   auto tokenizer = Tokenizer::from_gguf(model->file());
   if (!tokenizer.ok() || !tokenizer->has_vocab()) {
     std::fprintf(stderr, "error: %s\n", tokenizer.ok() ? "the model has no tokenizer vocabulary" : tokenizer.error().c_str());
@@ -115,6 +156,7 @@ int run_serve(ServeArgs& a) {
                             : a.policy == "dynamic" ? BatchPolicy::Dynamic : BatchPolicy::Continuous;
   config.spec = a.spec;
   ThreadPool pool(a.threads);
+  followers.go(config.n_blocks);
   Engine engine(*model, pool, config, draft.get());
   Metrics metrics;
   EngineLoop loop(engine, static_cast<size_t>(a.max_queue),
@@ -128,10 +170,12 @@ int run_serve(ServeArgs& a) {
     return 1;
   }
   std::fprintf(stderr, "kestrel serve: listening on http://%s:%d (model %s, %d threads, %d KV blocks of %d tokens: "
-               "%.1f MiB at %zu bytes per token (%s%s), at most %d requests in flight)\n", a.server.host.c_str(),
+               "%.1f MiB at %zu bytes per token (%s%s%s), at most %d requests in flight)\n", a.server.host.c_str(),
                server.port(), a.server.model_name.c_str(), a.threads, config.n_blocks, a.block_size,
                static_cast<double>(kv_bytes_per_token) * config.n_blocks * a.block_size / 1048576.0, kv_bytes_per_token,
-               a.kv_types.name().c_str(), draft ? ", target and draft" : "", server.max_in_flight());
+               a.kv_types.name().c_str(), draft ? ", target and draft" : "",
+               world->size() > 1 ? (", on each of " + std::to_string(world->size()) + " tensor-parallel ranks").c_str() : "",
+               server.max_in_flight());
 
   // Ready once one real forward pass went through the engine.
   {
@@ -214,6 +258,7 @@ void add_serve(CLI::App& app, Action& run) {
   cmd->add_flag("--no-prefix-cache", args->no_prefix_cache, "Do not share KV blocks between requests");
   add_cache_type_options(cmd, args->kv_types);
   add_speculative_options(cmd, args->draft_model, args->spec, true);
+  add_tensor_parallel_option(cmd, args->tp);
   cmd->callback([&run, args] { run = [args] { return run_serve(*args); }; });
 }
 

@@ -129,7 +129,7 @@ void add_tensor_parallel_option(CLI::App* cmd, int& tp) {
       ->check(CLI::Range(1, 4096));
 }
 
-std::unique_ptr<Communicator> tensor_parallel_world(int tp) {
+std::unique_ptr<Communicator> tensor_parallel_world(int tp, bool speculative) {
   auto world = launch_communicator();
   if (!world.ok()) {
     std::fprintf(stderr, "error: %s\n", world.error().c_str());
@@ -145,6 +145,7 @@ std::unique_ptr<Communicator> tensor_parallel_world(int tp) {
     std::fprintf(stderr, "error: %s\n", why.c_str());
     return nullptr;
   }
+  if (size > 1 && speculative) (*world)->abort("error: speculative decoding does not run tensor parallel yet", 1);
   return std::move(world).value();
 }
 

@@ -43,8 +43,9 @@ std::unique_ptr<Model> load_model(const std::string& path, bool quiet = false, C
 // --tp N: tensor-parallel ranks, one per process of `mpirun -np N`.
 void add_tensor_parallel_option(CLI::App* cmd, int& tp);
 // The world for --tp N: MPI's when launched by mpirun (N must be its size), else one local process (N must
-// be 1). Prints the error and returns null otherwise.
-std::unique_ptr<Communicator> tensor_parallel_world(int tp);
+// be 1). Prints the error and returns null otherwise; speculative (a draft model or n-gram drafts asked for)
+// with more than one rank ends every rank with a message.
+std::unique_ptr<Communicator> tensor_parallel_world(int tp, bool speculative);
 // A progress callback that draws "label [#####     ] 42%" on a terminal, and nothing otherwise.
 std::function<void(double)> progress_bar(const std::string& label);
 // A byte count such as 536870912, 512M, 512MiB, 1.5G or 2GB (K, M, G, T: powers of 1024); error otherwise.

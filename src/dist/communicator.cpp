@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 namespace kestrel {
 
@@ -20,10 +21,14 @@ class LocalCommunicator final : public Communicator {
   std::string backend() const override { return "local"; }
   void all_reduce_sum(float*, size_t) override {}
   void broadcast(void*, size_t, int) override {}
+  void broadcast_patiently(void*, size_t, int) override {}
   void all_gather(const float* in, size_t n, float* out) override {
     if (out != in) std::memmove(out, in, n * sizeof(float));
   }
   void barrier() override {}
+  void send(const void*, size_t, int dest) override { abort("send to rank " + std::to_string(dest) + " of a one-process run", 1); }
+  void recv(void*, size_t, int source) override { abort("receive from rank " + std::to_string(source) + " of a one-process run", 1); }
+  std::unique_ptr<Communicator> split(int, int) override { return std::make_unique<LocalCommunicator>(); }
   [[noreturn]] void abort(const std::string& why, int code) override {
     std::fprintf(stderr, "kestrel: %s\n", why.c_str());
     std::exit(code);

@@ -32,10 +32,20 @@ class Communicator {
   virtual void all_reduce_sum(float* data, size_t n) = 0;
   // data[bytes] <- root's data[bytes] on every rank.
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
+  // The same for a message a rank may wait long for (a serving follower between steps): a rank that has
+  // waited a millisecond sleeps between checks instead of spinning on a core. Every rank calls it for
+  // the message (it does not pair with broadcast()).
+  virtual void broadcast_patiently(void* data, size_t bytes, int root) = 0;
   // out[size()][n] <- every rank's in[n], in rank order, on every rank.
   virtual void all_gather(const float* in, size_t n, float* out) = 0;
   // Returns once every rank has called it.
   virtual void barrier() = 0;
+  // Point to point: data[bytes] to rank dest, which must receive it with recv(data, bytes, this rank).
+  virtual void send(const void* data, size_t bytes, int dest) = 0;
+  virtual void recv(void* data, size_t bytes, int source) = 0;
+  // A communicator over the ranks that pass the same color, ranked by key (then by rank here); every rank
+  // calls it. The result must be destroyed before this one.
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
   // Ends every rank of the job with exit status `code` after printing `why` on this one; never returns.
   [[noreturn]] virtual void abort(const std::string& why, int code) = 0;
 

@@ -3,8 +3,10 @@
 // a collective that fails has no sensible local recovery.
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <thread>
 
 #include "dist/communicator.h"
 
@@ -13,14 +15,17 @@ namespace {
 
 class MpiCommunicator final : public Communicator {
  public:
-  MpiCommunicator() {
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  // comm: MPI_COMM_WORLD (this communicator finalises MPI when destroyed) or one split from it (freed).
+  explicit MpiCommunicator(MPI_Comm comm) : comm_(comm) {
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
   }
   ~MpiCommunicator() override {
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized) MPI_Finalize();
+    if (finalized) return;
+    if (comm_ != MPI_COMM_WORLD) MPI_Comm_free(&comm_);
+    else MPI_Finalize();
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -30,7 +35,7 @@ class MpiCommunicator final : public Communicator {
     Timed t(*this, n * sizeof(float));
     for (size_t done = 0; done < n;) {  // MPI counts are int
       const int count = static_cast<int>(std::min<size_t>(n - done, kMaxCount));
-      MPI_Allreduce(MPI_IN_PLACE, data + done, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      MPI_Allreduce(MPI_IN_PLACE, data + done, count, MPI_FLOAT, MPI_SUM, comm_);
       done += static_cast<size_t>(count);
     }
   }
@@ -39,28 +44,67 @@ class MpiCommunicator final : public Communicator {
     auto* p = static_cast<char*>(data);
     for (size_t done = 0; done < bytes;) {
       const int count = static_cast<int>(std::min<size_t>(bytes - done, kMaxCount));
-      MPI_Bcast(p + done, count, MPI_BYTE, root, MPI_COMM_WORLD);
+      MPI_Bcast(p + done, count, MPI_BYTE, root, comm_);
       done += static_cast<size_t>(count);
+    }
+  }
+  void broadcast_patiently(void* data, size_t bytes, int root) override {
+    if (bytes > kMaxCount) abort("broadcast_patiently of " + std::to_string(bytes) + " bytes: more than MPI's int count", 1);
+    Timed t(*this, rank_ == root ? bytes : 0);
+    MPI_Request request;
+    MPI_Ibcast(data, static_cast<int>(bytes), MPI_BYTE, root, comm_, &request);
+    const auto start = std::chrono::steady_clock::now();
+    auto nap = std::chrono::microseconds(20);
+    for (int done = 0;;) {
+      MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+      if (done) return;
+      if (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(1)) continue;  // spin at first
+      std::this_thread::sleep_for(nap);
+      nap = std::min(nap * 2, std::chrono::microseconds(1000));
     }
   }
   void all_gather(const float* in, size_t n, float* out) override {
     Timed t(*this, n * sizeof(float));
     if (n > kMaxCount) abort("all_gather of " + std::to_string(n) + " floats per rank: more than MPI's int count", 1);
-    MPI_Allgather(in, static_cast<int>(n), MPI_FLOAT, out, static_cast<int>(n), MPI_FLOAT, MPI_COMM_WORLD);
+    MPI_Allgather(in, static_cast<int>(n), MPI_FLOAT, out, static_cast<int>(n), MPI_FLOAT, comm_);
   }
   void barrier() override {
     Timed t(*this, 0);
-    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Barrier(comm_);
+  }
+  void send(const void* data, size_t bytes, int dest) override {
+    Timed t(*this, bytes);
+    const auto* p = static_cast<const char*>(data);
+    for (size_t done = 0; done < bytes;) {
+      const int count = static_cast<int>(std::min<size_t>(bytes - done, kMaxCount));
+      MPI_Send(p + done, count, MPI_BYTE, dest, kPointToPointTag, comm_);
+      done += static_cast<size_t>(count);
+    }
+  }
+  void recv(void* data, size_t bytes, int source) override {
+    Timed t(*this, 0);
+    auto* p = static_cast<char*>(data);
+    for (size_t done = 0; done < bytes;) {
+      const int count = static_cast<int>(std::min<size_t>(bytes - done, kMaxCount));
+      MPI_Recv(p + done, count, MPI_BYTE, source, kPointToPointTag, comm_, MPI_STATUS_IGNORE);
+      done += static_cast<size_t>(count);
+    }
+  }
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    MPI_Comm part;
+    MPI_Comm_split(comm_, color, key, &part);
+    return std::make_unique<MpiCommunicator>(part);
   }
   [[noreturn]] void abort(const std::string& why, int code) override {
     std::fprintf(stderr, "kestrel: rank %d: %s\n", rank_, why.c_str());
     std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, code);
+    MPI_Abort(MPI_COMM_WORLD, code);  // the whole job, not just this communicator's ranks
     std::_Exit(code);  // MPI_Abort does not return; this keeps [[noreturn]] honest if it ever did
   }
 
  private:
   static constexpr size_t kMaxCount = size_t{1} << 30;
+  static constexpr int kPointToPointTag = 7;
   // Counts one collective call: its bytes and the time until it returns.
   struct Timed {
     Timed(MpiCommunicator& c, size_t bytes) : comm(c), start(std::chrono::steady_clock::now()) {
@@ -71,6 +115,7 @@ class MpiCommunicator final : public Communicator {
     MpiCommunicator& comm;
     std::chrono::steady_clock::time_point start;
   };
+  MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
 };
 
@@ -80,8 +125,14 @@ Result<std::unique_ptr<Communicator>> make_mpi_communicator() {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (initialized) return Error{"MPI is already initialised in this process: make one communicator per process"};
-  if (MPI_Init(nullptr, nullptr) != MPI_SUCCESS) return Error{"MPI_Init failed"};
-  return std::unique_ptr<Communicator>(std::make_unique<MpiCommunicator>());
+  // Serialized: a server's engine thread makes the calls while serving, its main thread at start and end.
+  int provided = 0;
+  if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) return Error{"MPI_Init_thread failed"};
+  if (provided < MPI_THREAD_SERIALIZED) {
+    MPI_Finalize();
+    return Error{"this MPI library cannot be called from more than one thread (MPI_THREAD_SERIALIZED)"};
+  }
+  return std::unique_ptr<Communicator>(std::make_unique<MpiCommunicator>(MPI_COMM_WORLD));
 }
 
 }  // namespace kestrel

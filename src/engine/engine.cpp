@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "engine/model_drafter.h"
+#include "engine/step_plan_relay.h"
 #include "model/key_centers.h"
 #include "spec/ngram_drafter.h"
 #include "spec/verify.h"
@@ -28,6 +29,15 @@ int32_t usable_seq_len(const Model& model, const EngineConfig& config) {
   if (len <= 0) len = pool_tokens;
   return std::min(len, pool_tokens);  // one sequence alone always fits, so preemption always ends
 }
+
+// Rank 0 of a model split over ranks relays its plans to the others.
+std::unique_ptr<StepPlanRelay> relay_for(const Model& model, bool speculative) {
+  Communicator* world = model.tensor_parallel();
+  if (!world || world->size() == 1) return nullptr;
+  if (world->rank() != 0) world->abort("the engine runs on rank 0; other ranks follow its step plans", 1);
+  if (speculative) world->abort("speculative decoding does not run tensor parallel yet", 1);
+  return std::make_unique<StepPlanRelay>(*world);
+}
 }  // namespace
 
 Engine::Engine(const Model& model, ThreadPool& pool, const EngineConfig& config, const Model* draft)
@@ -38,6 +48,7 @@ Engine::Engine(const Model& model, ThreadPool& pool, const EngineConfig& config,
       kv_(model.kv_spec(config.n_blocks, config.scheduler.block_size, config.kv_types)),
       scheduler_(pages_, config.scheduler),
       runner_(model, pool, kv_),
+      relay_(relay_for(model, draft != nullptr || config.spec.ngram > 0)),
       drafter_(draft ? std::make_unique<ModelDrafter>(*draft, pool, config.n_blocks, config.scheduler.block_size,
                                                       config.kv_types, config.scheduler.max_batch_tokens)
                      : nullptr),
@@ -198,6 +209,7 @@ std::vector<StepOutput> Engine::step() {
   const StepPlan plan = scheduler_.schedule(clock_.elapsed_s() * 1e3);
   if (plan.empty()) return outputs;
   ++steps_;
+  if (relay_) relay_->send(plan);
   std::vector<float> logits = runner_.run(plan);  // [plan.n_logits(), n_vocab]
   peak_running_ = std::max(peak_running_, scheduler_.n_running());
   if (pages_.pool().n_in_use() > peak_blocks_used_) {
@@ -309,6 +321,10 @@ EngineStats Engine::stats() const {
   s.kv_blocks_cached = pool.n_cached();
   s.kv_blocks_free = pool.n_free();
   s.kv_tokens_used = kv_tokens_filled();
+  if (const Communicator* world = model_.tensor_parallel()) {
+    s.tensor_parallel_ranks = world->size();
+    s.comm = world->stats();
+  }
   s.kv_bytes_per_token = static_cast<int64_t>(kv_.spec().bytes_per_token());
   s.kv_bytes = static_cast<int64_t>(kv_.spec().bytes());
   s.kv_peak_blocks_used = peak_blocks_used_;

@@ -10,6 +10,10 @@
 // greedy, the same distribution when sampling. It runs only while at most spec.max_batch sequences decode,
 // and then only where it measured cheaper per token than plain steps (spec/spec_controller.h).
 //
+// Tensor parallel (the model split over ranks, model.tensor_parallel()): the engine runs on rank 0 and sends
+// every step plan to the other ranks, which run it in follow_step_plans (engine/step_plan_relay.h);
+// destroying the engine lets them stop. No speculative decoding there.
+//
 // Contract: not thread-safe. One thread (the server's engine thread) makes every call.
 #pragma once
 #include <cstdint>
@@ -21,6 +25,7 @@
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "core/timer.h"
+#include "dist/communicator.h"
 #include "engine/model_runner.h"
 #include "engine/scheduler.h"
 #include "kv/kv_manager.h"
@@ -91,6 +96,8 @@ struct EngineStats {
   int64_t preemptions = 0, steps = 0;
   bool speculative = false;  // speculation configured
   SpecStats spec;            // drafted and accepted tokens, by draft position
+  int32_t tensor_parallel_ranks = 1;
+  CommStats comm;            // tensor parallel: rank 0's collectives so far (plans relayed, all-reduces, gathers)
 };
 
 class Engine {
@@ -144,6 +151,7 @@ class Engine {
   KvStorage kv_;     // the pages' K/V
   Scheduler scheduler_;
   ModelRunner runner_;
+  std::unique_ptr<class StepPlanRelay> relay_;  // tensor parallel: sends each plan to the other ranks
   std::unique_ptr<class ModelDrafter> drafter_;  // the draft model's side, when speculating with one
   bool speculative_;
   SpecStats spec_stats_;

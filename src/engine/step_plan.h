@@ -3,8 +3,10 @@
 // runner needs nothing else (no scheduler, no sequence state), so a plan could be sent to another process.
 #pragma once
 #include <cstdint>
+#include <span>
 #include <vector>
 
+#include "core/status.h"
 #include "kv/kv_manager.h"
 
 namespace kestrel {
@@ -18,6 +20,7 @@ struct ScheduledChunk {
 
   int32_t n_tokens() const { return static_cast<int32_t>(tokens.size()); }
   bool samples() const { return n_logits > 0; }
+  bool operator==(const ScheduledChunk&) const = default;
 };
 
 struct StepPlan {
@@ -27,6 +30,13 @@ struct StepPlan {
   int32_t n_tokens() const;
   int32_t n_logits() const;  // rows of logits the forward returns, chunk by chunk
   bool empty() const { return chunks.empty(); }
+  bool operator==(const StepPlan&) const = default;
 };
+
+// The plan as bytes, to send to another process of the same machine type (native byte order), and back.
+// decode_step_plan checks every count against the bytes left and fails with a message on anything
+// malformed (truncated, trailing bytes, negative counts or ids).
+std::vector<uint8_t> encode_step_plan(const StepPlan& plan);
+Result<StepPlan> decode_step_plan(std::span<const uint8_t> bytes);
 
 }  // namespace kestrel

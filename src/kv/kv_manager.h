@@ -26,6 +26,7 @@ namespace kestrel {
 
 struct BlockCopy {
   int32_t src = 0, dst = 0;  // copy every position of page src into page dst
+  bool operator==(const BlockCopy&) const = default;
 };
 
 // What a prompt finds in the prefix cache, measured once (nothing retained): current while the cache's

@@ -91,6 +91,14 @@ std::string Metrics::render() const {
         engine_.kv_peak_blocks_used ? static_cast<double>(engine_.kv_peak_unused_tokens) /
                                           (static_cast<double>(engine_.kv_peak_blocks_used) * engine_.kv_block_size)
                                     : 0.0);
+  if (engine_.tensor_parallel_ranks > 1) {
+    gauge("kestrel_tensor_parallel_ranks", "Processes the model is split over (--tp).", engine_.tensor_parallel_ranks);
+    counter("kestrel_tp_collectives_total", "Collective calls rank 0 made (step plans relayed, all-reduces, gathers).",
+            static_cast<double>(engine_.comm.messages));
+    counter("kestrel_tp_bytes_total", "Bytes rank 0 contributed to those collectives.", static_cast<double>(engine_.comm.bytes));
+    counter("kestrel_tp_seconds_total", "Wall time rank 0 spent inside collectives (waiting for the others included).",
+            engine_.comm.seconds);
+  }
   if (engine_.speculative) {
     const SpecStats& sp = engine_.spec;
     counter("kestrel_spec_verify_steps_total", "Speculative steps that verified drafts (per sequence).",

@@ -1,0 +1,45 @@
+#include "engine/step_plan_relay.h"
+
+#include <vector>
+
+namespace kestrel {
+namespace {
+// Each message is a header, broadcast patiently (followers may wait long between steps), then the plan's
+// bytes. A header of kStop ends the followers.
+constexpr int64_t kStop = -1;
+}  // namespace
+
+StepPlanRelay::~StepPlanRelay() {
+  int64_t header = kStop;
+  world_.broadcast_patiently(&header, sizeof header, 0);
+}
+
+void StepPlanRelay::send(const StepPlan& plan) {
+  std::vector<uint8_t> bytes = encode_step_plan(plan);
+  int64_t header = static_cast<int64_t>(bytes.size());
+  world_.broadcast_patiently(&header, sizeof header, 0);
+  world_.broadcast(bytes.data(), bytes.size(), 0);
+}
+
+std::optional<StepPlan> receive_step_plan(Communicator& world) {
+  int64_t header = 0;
+  world.broadcast_patiently(&header, sizeof header, 0);
+  if (header == kStop) return std::nullopt;
+  if (header < 0) world.abort("a step plan header of " + std::to_string(header) + " bytes", 1);
+  std::vector<uint8_t> bytes(static_cast<size_t>(header));  // [header] the encoded plan
+  world.broadcast(bytes.data(), bytes.size(), 0);
+  auto plan = decode_step_plan(bytes);
+  if (!plan.ok()) world.abort(plan.error(), 1);
+  return std::move(plan).value();
+}
+
+int64_t follow_step_plans(Communicator& world, ModelRunner& runner) {
+  int64_t n_plans = 0;
+  while (auto plan = receive_step_plan(world)) {
+    runner.run(*plan);
+    ++n_plans;
+  }
+  return n_plans;
+}
+
+}  // namespace kestrel

@@ -1,0 +1,40 @@
+// Serving over tensor-parallel ranks (issue 16): rank 0 holds the HTTP server, the tokenizer and the
+// scheduler; the other ranks (followers) hold only their shard of the weights and of the KV cache. Every
+// step, rank 0 sends the step's self-contained plan (engine/step_plan.h: tokens, positions, page tables,
+// page copies) to the followers and all ranks run it together, the forward pass's collectives joining
+// them; each rank's KV pages have the same ids, so one scheduler places every rank's KV.
+//
+// Contract: rank 0 makes a StepPlanRelay (through the Engine, when its model is split over more than one
+// rank) and each other rank calls follow_step_plans with a ModelRunner over the same number of pages. Every
+// plan rank 0 runs goes through send() first. Destroying the relay tells the followers to stop.
+#pragma once
+#include <cstdint>
+#include <optional>
+
+#include "dist/communicator.h"
+#include "engine/model_runner.h"
+#include "engine/step_plan.h"
+
+namespace kestrel {
+
+class StepPlanRelay {
+ public:
+  explicit StepPlanRelay(Communicator& world) : world_(world) {}
+  ~StepPlanRelay();  // sends stop
+  StepPlanRelay(const StepPlanRelay&) = delete;
+  StepPlanRelay& operator=(const StepPlanRelay&) = delete;
+
+  void send(const StepPlan& plan);
+
+ private:
+  Communicator& world_;
+};
+
+// A follower: runs every plan rank 0 sends until it sends stop. Returns the plans run. A plan that does not
+// decode ends every rank (Communicator::abort).
+int64_t follow_step_plans(Communicator& world, ModelRunner& runner);
+
+// The follower side of one message: the next plan, or nullopt when rank 0 said stop.
+std::optional<StepPlan> receive_step_plan(Communicator& world);
+
+}  // namespace kestrel
