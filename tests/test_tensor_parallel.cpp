@@ -1,8 +1,9 @@
-// Tensor parallelism (`mpirun -np N kestrel logits --tp N`, model/tensor_parallel_shard.h): for every dense
-// reference model of ../shared/reference, the logits of a prefill and of feeding the tokens one at a time,
-// split over 2 and 4 ranks, are within the README's tolerances of llama.cpp's, and within float rounding of
-// the single-process run (but for F16 / BF16 weights); shapes and models it cannot split end every rank
-// with a message. kestrel serve --tp answers what one process generates.
+// A model split over processes (`mpirun -np N kestrel logits --tp T --pp P`): tensor parallel
+// (model/tensor_parallel_shard.h), pipeline parallel (layer ranges per stage) and both. For every reference
+// model of ../shared/reference (mixtures of experts and latent attention by pipeline only), the logits of
+// a prefill and of feeding the tokens one at a time are within the README's tolerances of llama.cpp's, and
+// within float rounding of the single-process run (bit for bit for a pipeline's prefill); generate and
+// serve give the one-process text; what cannot split ends every rank with a message.
 #include <gtest/gtest.h>
 #include <httplib.h>
 
@@ -11,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "io/gguf.h"
 #include "reference_logits_support.h"
 #include "test_support.h"
 
@@ -40,59 +42,90 @@ std::vector<Case> reference_cases(const std::string& shared) {
   return cases;
 }
 
+// The model's "<architecture>.<key>" number (0 when absent).
+int arch_number(const std::string& path, const std::string& key) {
+  auto file = GgufFile::open(path);
+  if (!file.ok()) return 0;
+  auto arch = file->get_string("general.architecture");
+  if (!arch.ok() || !arch->has_value()) return 0;
+  auto n = file->get_int(**arch + "." + key);
+  return n.ok() && n->has_value() ? static_cast<int>(**n) : 0;
+}
+
 bool splits_today(const std::string& model) {
   return model.find("mixtral") == std::string::npos && model.find("moe") == std::string::npos &&
          model.find("deepseek") == std::string::npos;
 }
 
-TEST(TensorParallel, ReferenceModelsGiveTheirLogitsOverTwoAndFourRanks) {
+// Tensor parallel 2 and 4, pipeline parallel 2 and 4, and both (2 x 2), prefill and one token at a time;
+// mixtures of experts expert parallel 2 and 4 and over pipeline stages (2 x 2) instead of tensor parallel
+// (which refuses them, as it does latent attention).
+TEST(TensorParallel, ReferenceModelsGiveTheirLogitsSplitOverProcesses) {
   KESTREL_REQUIRE_SHARED(shared);
   const std::string out_file = test::temp_path("tp.logits"), single_file = test::temp_path("tp-single.logits");
-  int n_checked = 0;
+  int n_checked = 0, n_layers_only = 0, n_experts_split = 0;
   for (const Case& c : reference_cases(shared)) {
     const std::string name = std::filesystem::path(c.model).filename().string();
-    if (!splits_today(name)) continue;
     SCOPED_TRACE(name);
     const test::ReferenceLogits ref = test::read_reference(c.reference);
     std::string out;
     ASSERT_EQ(test::run_command(kestrel_cmd("logits -m " + c.model + " -f " + c.prompt_file + " -o " + single_file + " 2>&1"), out), 0) << out;
     const test::ReferenceLogits single = test::read_reference(single_file);
-    for (int tp : {2, 4}) {
+    const int n_layers = arch_number(c.model, "block_count");
+    ASSERT_GT(n_layers, 0);
+    const bool moe = arch_number(c.model, "expert_count") > 0;
+    struct Split {
+      int tp, ep, pp;
+    };
+    for (const Split& sp : {Split{2, 1, 1}, Split{4, 1, 1}, Split{1, 1, 2}, Split{1, 1, 4}, Split{2, 1, 2}, Split{1, 2, 1},
+                            Split{1, 4, 1}, Split{1, 2, 2}}) {
+      const int tp = sp.tp, ep = sp.ep, pp = sp.pp;
+      if ((tp > 1 && !splits_today(name)) || (ep > 1 && !moe) || pp > n_layers) continue;
       for (const char* mode : {"", " --one-by-one"}) {
-        SCOPED_TRACE("--tp " + std::to_string(tp) + mode);
-        const std::string args = "logits -m " + c.model + " -f " + c.prompt_file + " -o " + out_file + " -t 1 --tp " +
-                                 std::to_string(tp) + mode;
+        const std::string split = "--tp " + std::to_string(tp) + " --ep " + std::to_string(ep) + " --pp " + std::to_string(pp);
+        SCOPED_TRACE(split + mode);
+        const std::string args = "logits -m " + c.model + " -f " + c.prompt_file + " -o " + out_file + " -t 1 " + split + mode;
         std::filesystem::remove(out_file);
-        ASSERT_EQ(test::run_command(test::mpirun_command(tp, kestrel_cmd(args)), out), 0) << out;
+        ASSERT_EQ(test::run_command(test::mpirun_command(tp * ep * pp, kestrel_cmd(args)), out), 0) << out;
         const test::ReferenceLogits got = test::read_reference(out_file);
         ASSERT_EQ(got.tokens, ref.tokens);
         ASSERT_EQ(got.n_vocab, ref.n_vocab);
         const int n = static_cast<int>(ref.tokens.size());
         test::expect_within_tolerance(name, test::compare(ref.logits, got.logits, n, ref.n_vocab),
-                                      std::string("tp") + std::to_string(tp) + (*mode ? " steps" : " prefill"));
-        // Against the single-process run: F32 weights give the same products summed in another order.
-        // Quantized ones quantize the same activation blocks, but a sum that rounds differently can tip one
-        // activation code to its neighbour (seen: 0.03 on later rows of the Q8_0 model at 4 ranks, as when
-        // one single-process matrix is left unpacked). F16 / BF16 matrices may take another kernel path
-        // when sliced smaller, which rounds differently.
+                                      "tp" + std::to_string(tp) + "ep" + std::to_string(ep) + "pp" + std::to_string(pp) +
+                                          (*mode ? " steps" : " prefill"));
         const test::Comparison same = test::compare(single.logits, got.logits, n, ref.n_vocab);
-        if (name.find("f32") != std::string::npos || name.find("stories") != std::string::npos) {
+        if (tp == 1 && ep == 1) {
+          // Stages run the same arithmetic as one process, layer after layer: a prefill is bit for bit the
+          // same; one token at a time differs from the prefill as it does in one process.
+          if (!*mode) EXPECT_EQ(same.max_abs, 0.0) << "against the single-process logits";
+          else EXPECT_LE(same.mean_kl, 1e-4) << "against the single-process logits";
+          ++n_layers_only;
+        } else if (name.find("f32") != std::string::npos || name.find("stories") != std::string::npos) {
+          // F32 weights give the same products summed in another order (experts' outputs too).
           EXPECT_LE(same.max_abs, 1e-4) << "against the single-process logits";
         } else {
+          // Quantized ones quantize the same activation blocks, but a sum that rounds differently can tip
+          // one activation code to its neighbour (seen: 0.03 on later rows of the Q8_0 model at 4 ranks, as
+          // when one single-process matrix is left unpacked). F16 / BF16 matrices may take another kernel
+          // path when sliced smaller, which rounds differently.
           EXPECT_LE(same.mean_kl, 1e-4) << "against the single-process logits";
           EXPECT_LE(same.max_abs, 0.1) << "against the single-process logits";
         }
         ++n_checked;
+        n_experts_split += ep > 1;
       }
     }
   }
-  EXPECT_GE(n_checked, 4 * 8);
+  EXPECT_GE(n_checked, 10 * 8);
+  EXPECT_GE(n_layers_only, 4 * 10);
+  EXPECT_GE(n_experts_split, 2 * 3 * 2);
   std::filesystem::remove(out_file);
   std::filesystem::remove(single_file);
 }
 
-// Every rank samples from the same gathered logits with the same seed: the text is the one-process text,
-// greedy and sampled.
+// Every rank samples from the same logits with the same seed: the text is the one-process text, greedy and
+// sampled, tensor parallel, pipeline parallel and both.
 TEST(TensorParallel, GenerateWritesWhatOneProcessWrites) {
   KESTREL_REQUIRE_SHARED(shared);
   const std::string args = "generate -m " + shared + "/models/stories260K/stories260K.gguf -p 'Once upon a time' -n 48 -t 1 ";
@@ -100,9 +133,10 @@ TEST(TensorParallel, GenerateWritesWhatOneProcessWrites) {
     SCOPED_TRACE(sampling);
     std::string single, split;
     ASSERT_EQ(test::run_command(kestrel_cmd(args + sampling + " 2>/dev/null"), single), 0);
-    for (int tp : {2, 4}) {
-      ASSERT_EQ(test::run_command(test::mpirun_command(tp, kestrel_cmd(args + sampling + " --tp " + std::to_string(tp)), false), split), 0);
-      EXPECT_EQ(split, single) << "--tp " << tp;
+    for (const auto& [tp, pp] : {std::pair{2, 1}, std::pair{4, 1}, std::pair{1, 2}, std::pair{2, 2}}) {
+      const std::string flags = " --tp " + std::to_string(tp) + " --pp " + std::to_string(pp);
+      ASSERT_EQ(test::run_command(test::mpirun_command(tp * pp, kestrel_cmd(args + sampling + flags), false), split), 0);
+      EXPECT_EQ(split, single) << flags;
     }
   }
 }
@@ -121,22 +155,38 @@ TEST(TensorParallel, BenchPrintsOneTableFromRankZero) {
   EXPECT_NE(out.find("| tg8 |"), std::string::npos) << out;
 }
 
-// kestrel serve --tp: rank 0 serves HTTP and relays each step plan to the other ranks. Greedy completions,
-// one at a time and 6 in one batch, are the one-process generate text, over 2 ranks with F16 KV pages and
-// over 4 with q8_0 pages (whose key centers are a collective forward at start).
+// kestrel serve --tp / --pp: rank 0 serves HTTP and relays each step plan to the other ranks. Greedy
+// completions, one at a time and 6 in one batch, are the one-process generate text: tensor parallel over 2
+// ranks with F16 KV pages and over 4 with q8_0 pages (whose key centers are a collective forward at
+// start), pipeline over 2 stages, both (2 x 2), and a mixture of experts expert parallel over 2 (its
+// expert load per rank in /metrics).
 TEST(TensorParallel, ServeAnswersWhatOneProcessGenerates) {
   KESTREL_REQUIRE_SHARED(shared);
-  const std::string model = shared + "/models/stories260K/stories260K.gguf";
+  const std::string stories = shared + "/models/stories260K/stories260K.gguf", moe = shared + "/reference/syn-qwen3moe-f32.gguf";
   const std::string script = std::string(KESTREL_SOURCE_DIR) + "/tests/scripts/serve_equals_generate.sh";
-  for (const auto& [tp, kv] : {std::pair{2, ""}, std::pair{4, " -ctk q8_0 -ctv q8_0"}}) {
-    SCOPED_TRACE("--tp " + std::to_string(tp) + kv);
-    const std::string env = std::string(kMpiAsRoot) + " KESTREL_LAUNCHER='" + test::mpirun_launcher(tp, 300) +
-                            "' SERVE_ARGS='--tp " + std::to_string(tp) + " -t 1' ";
+  struct Split {
+    int tp, ep, pp;
+    const char* kv;
+    const std::string& model;
+  };
+  for (const Split& sp : {Split{2, 1, 1, "", stories}, Split{4, 1, 1, " -ctk q8_0 -ctv q8_0", stories}, Split{1, 1, 2, "", stories},
+                          Split{2, 1, 2, " -ctk q8_0 -ctv q8_0", stories}, Split{1, 2, 1, "", moe}}) {
+    const int tp = sp.tp, ep = sp.ep, pp = sp.pp;
+    const std::string kv = sp.kv, model = sp.model,
+                      flags = "--tp " + std::to_string(tp) + " --ep " + std::to_string(ep) + " --pp " + std::to_string(pp);
+    SCOPED_TRACE(flags + kv + " " + model);
+    const std::string env = std::string(kMpiAsRoot) + " KESTREL_LAUNCHER='" + test::mpirun_launcher(tp * ep * pp, 300) +
+                            "' SERVE_ARGS='" + flags + " -t 1' ";
     std::string out;
     EXPECT_EQ(test::run_command(env + "bash " + script + " " + KESTREL_BINARY + " " + model + kv + " 2>&1", out), 0) << out;
     EXPECT_NE(out.find("serve equals generate on 6 prompts"), std::string::npos) << out;
     EXPECT_NE(out.find("kestrel_tensor_parallel_ranks " + std::to_string(tp)), std::string::npos) << out;
-    EXPECT_NE(out.find("kestrel_tp_collectives_total"), std::string::npos) << out;
+    EXPECT_NE(out.find("kestrel_pipeline_stages " + std::to_string(pp)), std::string::npos) << out;
+    EXPECT_NE(out.find("kestrel_expert_parallel_ranks " + std::to_string(ep)), std::string::npos) << out;
+    if (ep > 1) {
+      EXPECT_NE(out.find("kestrel_expert_rank_tokens_total{rank=\"1\"}"), std::string::npos) << out;
+    }
+    EXPECT_NE(out.find("kestrel_dist_messages_total"), std::string::npos) << out;
   }
 }
 
@@ -179,7 +229,17 @@ TEST(TensorParallel, WhatCannotSplitEndsEveryRankWithAMessage) {
   status = test::run_command(test::mpirun_command(2, kestrel_cmd("logits -m " + f32 + "--tp 4 " + prompt)), out);
   EXPECT_NE(status, 0);
   EXPECT_NE(status, 124) << out;
-  EXPECT_NE(out.find("launched as 2 processes, but --tp is 4"), std::string::npos) << out;
+  EXPECT_NE(out.find("launched as 2 processes, but --tp 4 x --ep 1 x --pp 1 needs 4"), std::string::npos) << out;
+  // expert parallelism on a dense model
+  status = test::run_command(test::mpirun_command(2, kestrel_cmd("logits -m " + shared + "/reference/syn-llama-gqa-f32.gguf --ep 2 " + prompt)), out);
+  EXPECT_NE(status, 0);
+  EXPECT_NE(status, 124) << out;
+  EXPECT_NE(out.find("expert parallelism (--ep) needs a mixture-of-experts model"), std::string::npos) << out;
+  // more stages than layers (the MHA model has 3)
+  status = test::run_command(test::mpirun_command(4, kestrel_cmd("logits -m " + shared + "/reference/syn-llama-mha-f32.gguf --pp 4 " + prompt)), out);
+  EXPECT_NE(status, 0);
+  EXPECT_NE(status, 124) << out;
+  EXPECT_NE(out.find("pipeline parallelism over 4 stages needs at least as many layers (the model has 3)"), std::string::npos) << out;
   EXPECT_NE(test::run_command(kestrel_cmd("logits -m " + f32 + "--tp 2 " + prompt + " 2>&1"), out), 0);
   EXPECT_NE(out.find("run under mpirun -np 2"), std::string::npos) << out;
 }

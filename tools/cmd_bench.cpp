@@ -34,7 +34,7 @@ struct BenchArgs {
   std::string output = "md";
   KvTypes kv_types = KvType::F16;
   bool measure_bandwidth = true;
-  int tp = 1;
+  ParallelArgs parallel;
   bool interleave_depths = false;  // decode rows of different depths measured token by token in turn
   std::string draft_model;          // speculative decoding rows (with --spec-ngram)
   SpecBenchArgs spec;
@@ -234,16 +234,19 @@ int measure_speculative(const BenchArgs& a, ThreadPool& pool, nlohmann::json& js
 }
 
 int run_bench(BenchArgs& a) {
-  // Tensor parallel: every rank runs the same rows on the same (seeded) tokens, so their collectives pair
+  // Split over processes: every rank runs the same rows on the same (seeded) tokens, so their messages pair
   // up; rank 0 times and prints. The ranks' bandwidth probes would compete, so none runs.
-  const auto world = tensor_parallel_world(a.tp, !a.draft_model.empty() || a.spec.spec.ngram > 0);
-  if (!world) return 1;
-  const bool printing = world->rank() == 0;
-  if (world->size() > 1) a.measure_bandwidth = false;
+  const auto groups = launch_processes(a.parallel, !a.draft_model.empty() || a.spec.spec.ngram > 0);
+  if (!groups) return 1;
+  const bool printing = groups->world->rank() == 0;
+  if (groups->split()) a.measure_bandwidth = false;
   ThreadPool pool(a.threads);
   nlohmann::json json_rows = nlohmann::json::array();
-  // the kernel path in use (KESTREL_ISA forces one), and the tensor-parallel ranks
-  const std::string kernels = std::string(isa_name(detected_isa())) + (world->size() > 1 ? " tp" + std::to_string(world->size()) : "");
+  // the kernel path in use (KESTREL_ISA forces one), and how the model is split ("tp2", "pp2", "tp2 pp2")
+  std::string split;
+  if (groups->tp() > 1) split += " tp" + std::to_string(groups->tp());
+  if (groups->pp() > 1) split += " pp" + std::to_string(groups->pp());
+  const std::string kernels = std::string(isa_name(detected_isa())) + split;
   if (a.output == "md" && printing) {
     std::printf("| model | size | params | threads | kernels | test | t/s | read GB/s around the test | decode %% of bandwidth ceiling |\n");
     std::printf("| --- | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: |\n");
@@ -251,7 +254,7 @@ int run_bench(BenchArgs& a) {
   std::mt19937 rng(1234);
   std::unique_ptr<BandwidthProbe> probe;  // made on the first decode row that measures bandwidth
   for (const std::string& path : a.models) {
-    auto model = load_model(path, true, world.get());
+    auto model = load_model(path, true, groups.get());
     if (!model || !kv_types_fit(*model, a.kv_types)) return 1;
     const HParams& hp = model->hparams();
     const std::vector<float> key_centers =  // measured once per model, not per row
@@ -330,7 +333,8 @@ int run_bench(BenchArgs& a) {
                            {"model_size", file_bytes},
                            {"model_n_params", params},
                            {"n_threads", a.threads},
-                           {"n_tp", world->size()},
+                           {"n_tp", groups->tp()},
+                           {"n_pp", groups->pp()},
                            {"kernels", kernels},
                            {"test", row.test},
                            {"n_prompt", row.n_prompt},
@@ -372,7 +376,7 @@ void add_bench(CLI::App& app, Action& run) {
   cmd->add_option("-b,--batch-size", a->ubatch, "Tokens per forward during prefill")->check(CLI::Range(1, 8192));
   cmd->add_option("-o,--output", a->output, "Output format: md or json")->check(CLI::IsMember({"md", "json"}));
   cmd->add_flag("!--no-bandwidth", a->measure_bandwidth, "Skip the memory-bandwidth measurement");
-  add_tensor_parallel_option(cmd, a->tp);
+  add_parallel_options(cmd, a->parallel);
   cmd->add_flag("--interleave-depths", a->interleave_depths,
                 "Measure the decode rows of the -d depths token by token in turn (their ratio free of drift)");
   add_cache_type_options(cmd, a->kv_types);

@@ -20,7 +20,7 @@ struct GenerateArgs {
   int block_size = 16;
   int ubatch = 512;
   int64_t seed = -1;
-  int tp = 1;
+  ParallelArgs parallel;
   bool ignore_eos = false;
   bool no_display_prompt = false;
   SamplingParams sampling;
@@ -48,14 +48,16 @@ int run_generate(GenerateArgs& a) {
     std::fprintf(stderr, "error: %s\n", st.error().c_str());
     return 1;
   }
-  // Tensor parallel: every rank runs this same loop on the same logits (gathered whole on each) with the
-  // same seed, so they sample the same tokens and make the same collective calls; rank 0 prints.
-  const auto world = tensor_parallel_world(a.tp, !a.draft_model.empty() || a.spec.ngram > 0);
-  if (!world) return 1;
-  const bool printing = world->rank() == 0;
+  // Split over processes: every rank runs this same loop on the same logits (whole on each) with the same
+  // seed, so they sample the same tokens and make the same collective calls; rank 0 prints.
+  const auto groups = launch_processes(a.parallel, !a.draft_model.empty() || a.spec.ngram > 0);
+  if (!groups) return 1;
+  Communicator& world = *groups->world;
+  const bool printing = world.rank() == 0;
   a.sampling.seed = a.seed >= 0 ? static_cast<uint64_t>(a.seed) : std::random_device{}();
-  world->broadcast(&a.sampling.seed, sizeof a.sampling.seed, 0);
-  auto model = load_model(a.model, !printing, world.get());
+  world.broadcast(&a.sampling.seed, sizeof a.sampling.seed, 0);
+  groups->reset_stats();
+  auto model = load_model(a.model, !printing, groups.get());
   if (!model || !kv_types_fit(*model, a.kv_types)) return 1;
   auto tokenizer = Tokenizer::from_gguf(model->file());
   if (!tokenizer.ok()) {
@@ -131,10 +133,10 @@ int run_generate(GenerateArgs& a) {
                s.generate_s > 0 ? (s.n_generated > 1 ? (s.n_generated - 1) / s.generate_s : s.n_generated / s.generate_s)
                                 : 0.0);
   if (spec) print_spec_stats(spec->stats(), spec->target_forwards(), s.n_generated);
-  if (world->size() > 1) {
-    const CommStats& c = world->stats();
-    std::fprintf(stderr, "tensor parallel: %d ranks, rank 0 sent %.2f MB in %llu collectives, %.3f s inside them\n", world->size(),
-                 static_cast<double>(c.bytes) / 1e6, static_cast<unsigned long long>(c.messages), c.seconds);
+  if (groups->split()) {
+    const CommStats c = groups->stats();
+    std::fprintf(stderr, "%s: %d ranks, rank 0 sent %.2f MB in %llu messages, %.3f s inside them\n", groups->describe().c_str(),
+                 world.size(), static_cast<double>(c.bytes) / 1e6, static_cast<unsigned long long>(c.messages), c.seconds);
   }
   return 0;
 }
@@ -163,7 +165,7 @@ void add_generate(CLI::App& app, Action& run) {
   cmd->add_option("--presence-penalty", args->sampling.presence_penalty, "Presence penalty");
   cmd->add_option("--frequency-penalty", args->sampling.frequency_penalty, "Frequency penalty");
   cmd->add_option("-s,--seed", args->seed, "Random seed (-1: random)");
-  add_tensor_parallel_option(cmd, args->tp);
+  add_parallel_options(cmd, args->parallel);
   cmd->add_flag("--ignore-eos", args->ignore_eos, "Keep generating past end-of-sequence tokens");
   add_cache_type_options(cmd, args->kv_types);
   add_speculative_options(cmd, args->draft_model, args->spec, false);

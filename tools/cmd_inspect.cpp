@@ -87,14 +87,14 @@ struct LogitsArgs {
   int threads = default_threads();
   bool one_by_one = false;
   KvTypes kv_types = KvType::F32;
-  int tp = 1;
+  ParallelArgs parallel;
 };
 
 int run_logits(LogitsArgs& a) {
   if (!a.prompt_file.empty() && !read_text_file(a.prompt_file, a.prompt)) return 1;
-  const auto world = tensor_parallel_world(a.tp, false);  // every rank computes the same logits; rank 0 writes them
-  if (!world) return 1;
-  auto model = load_model(a.model, true, world.get());
+  const auto groups = launch_processes(a.parallel, false);  // every rank computes the same logits; rank 0 writes them
+  if (!groups) return 1;
+  auto model = load_model(a.model, true, groups.get());
   if (!model || !kv_types_fit(*model, a.kv_types)) return 1;
   auto tokenizer = Tokenizer::from_gguf(model->file());
   if (!tokenizer.ok() || !tokenizer->has_vocab()) {
@@ -125,7 +125,7 @@ int run_logits(LogitsArgs& a) {
     if (!all.ok()) { std::fprintf(stderr, "error: %s\n", all.error().c_str()); return 1; }
     logits = std::move(all).value();
   }
-  if (world->rank() != 0) return 0;
+  if (groups->world->rank() != 0) return 0;
   FILE* out = std::fopen(a.output.c_str(), "wb");
   if (!out) {
     std::fprintf(stderr, "error: cannot create '%s'\n", a.output.c_str());
@@ -181,7 +181,7 @@ void add_logits(CLI::App& app, Action& run) {
   cmd->add_option("-t,--threads", a->threads, "Threads")->check(CLI::Range(1, 1024));
   cmd->add_flag("--one-by-one", a->one_by_one, "Feed the tokens one at a time through the KV cache");
   add_cache_type_options(cmd, a->kv_types);  // f32 by default here
-  add_tensor_parallel_option(cmd, a->tp);
+  add_parallel_options(cmd, a->parallel);
   cmd->callback([&run, a] { run = [a] { return run_logits(*a); }; });
 }
 

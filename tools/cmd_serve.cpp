@@ -41,10 +41,10 @@ struct ServeArgs {
   std::string kv_memory;    // KV cache budget in bytes (overrides -c)
   std::string draft_model;  // speculative decoding
   SpeculativeConfig spec;
-  int tp = 1;               // tensor-parallel ranks
+  ParallelArgs split;       // tensor-parallel ranks x pipeline stages
 };
 
-// Tensor parallel: rank 0 tells the other ranks how many KV pages to make once it is ready to serve, or 0
+// Split over processes: rank 0 tells the other ranks how many KV pages to make once it is ready to serve, or 0
 // when it cannot start (then they exit too). Waited for patiently: rank 0 may take a while.
 class FollowerStart {
  public:
@@ -79,12 +79,13 @@ int follow_serving(const ServeArgs& a, const Model& model, Communicator& world) 
 }
 
 int run_serve(ServeArgs& a) {
-  const auto world = tensor_parallel_world(a.tp, !a.draft_model.empty() || a.spec.ngram > 0);
-  if (!world) return 1;
-  auto model = load_model(a.model, world->rank() != 0, world.get());
+  const auto groups = launch_processes(a.split, !a.draft_model.empty() || a.spec.ngram > 0);
+  if (!groups) return 1;
+  Communicator& world = *groups->world;
+  auto model = load_model(a.model, world.rank() != 0, groups.get());
   if (!model || !kv_types_fit(*model, a.kv_types)) return 1;
-  if (world->rank() != 0) return follow_serving(a, *model, *world);
-  FollowerStart followers(*world);
+  if (world.rank() != 0) return follow_serving(a, *model, world);
+  FollowerStart followers(world);
   auto tokenizer = Tokenizer::from_gguf(model->file());
   if (!tokenizer.ok() || !tokenizer->has_vocab()) {
     std::fprintf(stderr, "error: %s\n", tokenizer.ok() ? "the model has no tokenizer vocabulary" : tokenizer.error().c_str());
@@ -174,7 +175,7 @@ int run_serve(ServeArgs& a) {
                server.port(), a.server.model_name.c_str(), a.threads, config.n_blocks, a.block_size,
                static_cast<double>(kv_bytes_per_token) * config.n_blocks * a.block_size / 1048576.0, kv_bytes_per_token,
                a.kv_types.name().c_str(), draft ? ", target and draft" : "",
-               world->size() > 1 ? (", on each of " + std::to_string(world->size()) + " tensor-parallel ranks").c_str() : "",
+               groups->split() ? (", rank 0 of " + std::to_string(world.size()) + ": " + groups->describe()).c_str() : "",
                server.max_in_flight());
 
   // Ready once one real forward pass went through the engine.
@@ -258,7 +259,7 @@ void add_serve(CLI::App& app, Action& run) {
   cmd->add_flag("--no-prefix-cache", args->no_prefix_cache, "Do not share KV blocks between requests");
   add_cache_type_options(cmd, args->kv_types);
   add_speculative_options(cmd, args->draft_model, args->spec, true);
-  add_tensor_parallel_option(cmd, args->tp);
+  add_parallel_options(cmd, args->split);
   cmd->callback([&run, args] { run = [args] { return run_serve(*args); }; });
 }
 

@@ -111,11 +111,11 @@ bool kv_types_fit(const Model& model, KvTypes types) {
   return why.empty();
 }
 
-std::unique_ptr<Model> load_model(const std::string& path, bool quiet, Communicator* tensor_parallel) {
+std::unique_ptr<Model> load_model(const std::string& path, bool quiet, const ProcessGroups* parallel) {
   Timer timer;
-  auto model = Model::load(path, quiet ? std::function<void(double)>() : progress_bar("loading"), true, tensor_parallel);
+  auto model = Model::load(path, quiet ? std::function<void(double)>() : progress_bar("loading"), true, parallel);
   if (!model.ok()) {
-    if (tensor_parallel && tensor_parallel->size() > 1) tensor_parallel->abort("error: " + model.error(), 1);
+    if (parallel && parallel->split()) parallel->world->abort("error: " + model.error(), 1);
     std::fprintf(stderr, "error: %s\n", model.error().c_str());
     return nullptr;
   }
@@ -123,30 +123,37 @@ std::unique_ptr<Model> load_model(const std::string& path, bool quiet, Communica
   return std::move(model).value();
 }
 
-void add_tensor_parallel_option(CLI::App* cmd, int& tp) {
-  cmd->add_option("--tp", tp, "Tensor-parallel ranks: run under mpirun -np N with --tp N (heads, FFN channels and "
-                              "output rows split over the processes)")
+void add_parallel_options(CLI::App* cmd, ParallelArgs& p) {
+  cmd->add_option("--tp", p.tp, "Tensor-parallel ranks per pipeline stage (heads, FFN channels and output rows split "
+                                "over them); run under mpirun -np TP x PP")
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--pp", p.pp, "Pipeline stages (contiguous layer ranges, activations passed from stage to stage)")
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--ep", p.ep, "Expert-parallel ranks (mixtures of experts: each holds and runs a share of the experts)")
       ->check(CLI::Range(1, 4096));
 }
 
-std::unique_ptr<Communicator> tensor_parallel_world(int tp, bool speculative) {
+std::unique_ptr<ProcessGroups> launch_processes(const ParallelArgs& p, bool speculative) {
   auto world = launch_communicator();
   if (!world.ok()) {
     std::fprintf(stderr, "error: %s\n", world.error().c_str());
     return nullptr;
   }
-  const int size = (*world)->size();
-  if (size != tp) {
-    const std::string why = size == 1 ? "--tp " + std::to_string(tp) + " needs " + std::to_string(tp) +
-                                            " processes: run under mpirun -np " + std::to_string(tp)
-                                      : "launched as " + std::to_string(size) + " processes, but --tp is " + std::to_string(tp) +
-                                            " (pass --tp " + std::to_string(size) + ")";
-    if (size > 1) (*world)->abort("error: " + why, 1);
-    std::fprintf(stderr, "error: %s\n", why.c_str());
+  const int size = (*world)->size(), want = p.tp * p.ep * p.pp;
+  const std::string flags = "--tp " + std::to_string(p.tp) + " x --ep " + std::to_string(p.ep) + " x --pp " + std::to_string(p.pp);
+  if (size == 1 && want > 1) {
+    std::fprintf(stderr, "error: %s needs %d processes: run under mpirun -np %d\n", flags.c_str(), want, want);
     return nullptr;
   }
-  if (size > 1 && speculative) (*world)->abort("error: speculative decoding does not run tensor parallel yet", 1);
-  return std::move(world).value();
+  if (size != want)
+    (*world)->abort("error: launched as " + std::to_string(size) + " processes, but " + flags + " needs " + std::to_string(want), 1);
+  auto groups = make_process_groups(std::move(world).value(), p.tp, p.pp, p.ep);
+  if (!groups.ok()) {  // not reached: the sizes agree
+    std::fprintf(stderr, "error: %s\n", groups.error().c_str());
+    return nullptr;
+  }
+  if (size > 1 && speculative) groups->world->abort("error: speculative decoding does not run split over processes yet", 1);
+  return std::make_unique<ProcessGroups>(std::move(groups).value());
 }
 
 bool read_text_file(const std::string& path, std::string& out) {

@@ -38,14 +38,17 @@ void add_speculative_options(CLI::App* cmd, std::string& draft_model, Speculativ
 // returns null otherwise.
 std::unique_ptr<Model> load_draft_model(const std::string& path, const Model& target, bool quiet = false);
 // Loads a model, drawing a progress bar on stderr when it is a terminal; prints the error and returns null.
-// With a tensor-parallel world of several ranks, loads this rank's shard, and a failure ends every rank.
-std::unique_ptr<Model> load_model(const std::string& path, bool quiet = false, Communicator* tensor_parallel = nullptr);
-// --tp N: tensor-parallel ranks, one per process of `mpirun -np N`.
-void add_tensor_parallel_option(CLI::App* cmd, int& tp);
-// The world for --tp N: MPI's when launched by mpirun (N must be its size), else one local process (N must
-// be 1). Prints the error and returns null otherwise; speculative (a draft model or n-gram drafts asked for)
-// with more than one rank ends every rank with a message.
-std::unique_ptr<Communicator> tensor_parallel_world(int tp, bool speculative);
+// Split over several processes, loads this rank's share, and a failure ends every rank.
+std::unique_ptr<Model> load_model(const std::string& path, bool quiet = false, const ProcessGroups* parallel = nullptr);
+// --tp T --ep E --pp P: the model split over T x E x P processes of `mpirun -np T*E*P` (dist/process_groups.h).
+struct ParallelArgs {
+  int tp = 1, pp = 1, ep = 1;
+};
+void add_parallel_options(CLI::App* cmd, ParallelArgs& p);
+// The processes for --tp / --pp: MPI's world when launched by mpirun (its size must be tp x pp), else one
+// local process (tp x ep x pp must be 1). Prints the error and returns null, or ends every rank with a message;
+// so does speculative (a draft model or n-gram drafts asked for) over more than one process.
+std::unique_ptr<ProcessGroups> launch_processes(const ParallelArgs& p, bool speculative);
 // A progress callback that draws "label [#####     ] 42%" on a terminal, and nothing otherwise.
 std::function<void(double)> progress_bar(const std::string& label);
 // A byte count such as 536870912, 512M, 512MiB, 1.5G or 2GB (K, M, G, T: powers of 1024); error otherwise.

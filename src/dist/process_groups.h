@@ -1,7 +1,9 @@
-// A job's processes as a grid (issue 16): pp pipeline stages, each of tp tensor-parallel ranks. World rank
-// = stage * tp + tensor rank. A rank works with three communicators: the world (every rank: serving's step
-// plans), its tensor group (the tp ranks of its stage: all-reduces and the logits gather) and its pipeline
-// group (the pp ranks, one per stage, that hold the same tensor share: activations from stage to stage).
+// A job's processes as a grid (issue 16): pp pipeline stages, each of ep expert-parallel groups of tp
+// tensor-parallel ranks. World rank = (stage * ep + expert rank) * tp + tensor rank. A rank works with four
+// communicators: the world (every rank: serving's step plans), its tensor group (the tp ranks sharing its
+// stage and experts: all-reduces and the logits gather), its expert group (the ep ranks of its stage with
+// its tensor rank: the experts' outputs summed) and its pipeline group (the pp ranks, one per stage, with
+// its tensor and expert rank: activations from stage to stage).
 #pragma once
 #include <memory>
 
@@ -14,15 +16,17 @@ struct ProcessGroups {
   std::unique_ptr<Communicator> world;     // every rank
   std::unique_ptr<Communicator> tensor;    // [tp] this stage's ranks, by tensor rank
   std::unique_ptr<Communicator> pipeline;  // [pp] one rank per stage, by stage
+  std::unique_ptr<Communicator> expert;    // [ep] this stage's expert shares, by expert rank
 
   int tp() const { return tensor->size(); }
+  int ep() const { return expert->size(); }
   int pp() const { return pipeline->size(); }
   int stage() const { return pipeline->rank(); }
   bool split() const { return world->size() > 1; }
-  // What this rank has sent and waited for over all three.
+  // What this rank has sent and waited for over all four.
   CommStats stats() const;
   void reset_stats();
-  // "tp 2", "pp 2", "tp 2 x pp 2", or "" for one process.
+  // "tp 2", "pp 2", "tp 2 x pp 2", "ep 2", ... ("" for one process).
   std::string describe() const;
 
   ~ProcessGroups();  // the groups before the world
@@ -31,7 +35,7 @@ struct ProcessGroups {
   ProcessGroups& operator=(ProcessGroups&&) = default;
 };
 
-// Splits world (whose size must be tp x pp) into the grid; an error names the numbers otherwise.
-Result<ProcessGroups> make_process_groups(std::unique_ptr<Communicator> world, int tp, int pp);
+// Splits world (whose size must be tp x ep x pp) into the grid; an error names the numbers otherwise.
+Result<ProcessGroups> make_process_groups(std::unique_ptr<Communicator> world, int tp, int pp, int ep = 1);
 
 }  // namespace kestrel

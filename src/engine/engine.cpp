@@ -32,10 +32,11 @@ int32_t usable_seq_len(const Model& model, const EngineConfig& config) {
 
 // Rank 0 of a model split over ranks relays its plans to the others.
 std::unique_ptr<StepPlanRelay> relay_for(const Model& model, bool speculative) {
-  Communicator* world = model.tensor_parallel();
-  if (!world || world->size() == 1) return nullptr;
+  const ProcessGroups* groups = model.process_groups();
+  if (!groups || !groups->split()) return nullptr;
+  Communicator* world = groups->world.get();
   if (world->rank() != 0) world->abort("the engine runs on rank 0; other ranks follow its step plans", 1);
-  if (speculative) world->abort("speculative decoding does not run tensor parallel yet", 1);
+  if (speculative) world->abort("speculative decoding does not run split over processes yet", 1);
   return std::make_unique<StepPlanRelay>(*world);
 }
 }  // namespace
@@ -321,9 +322,12 @@ EngineStats Engine::stats() const {
   s.kv_blocks_cached = pool.n_cached();
   s.kv_blocks_free = pool.n_free();
   s.kv_tokens_used = kv_tokens_filled();
-  if (const Communicator* world = model_.tensor_parallel()) {
-    s.tensor_parallel_ranks = world->size();
-    s.comm = world->stats();
+  s.expert_tokens = runner_.expert_tokens();
+  if (const ProcessGroups* groups = model_.process_groups()) {
+    s.tensor_parallel_ranks = groups->tp();
+    s.pipeline_stages = groups->pp();
+    s.expert_parallel_ranks = groups->ep();
+    s.comm = groups->stats();
   }
   s.kv_bytes_per_token = static_cast<int64_t>(kv_.spec().bytes_per_token());
   s.kv_bytes = static_cast<int64_t>(kv_.spec().bytes());

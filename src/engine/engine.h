@@ -10,8 +10,8 @@
 // greedy, the same distribution when sampling. It runs only while at most spec.max_batch sequences decode,
 // and then only where it measured cheaper per token than plain steps (spec/spec_controller.h).
 //
-// Tensor parallel (the model split over ranks, model.tensor_parallel()): the engine runs on rank 0 and sends
-// every step plan to the other ranks, which run it in follow_step_plans (engine/step_plan_relay.h);
+// Split over processes (tensor and pipeline parallel, model.process_groups()): the engine runs on rank 0 and
+// sends every step plan to the other ranks, which run it in follow_step_plans (engine/step_plan_relay.h);
 // destroying the engine lets them stop. No speculative decoding there.
 //
 // Contract: not thread-safe. One thread (the server's engine thread) makes every call.
@@ -96,8 +96,9 @@ struct EngineStats {
   int64_t preemptions = 0, steps = 0;
   bool speculative = false;  // speculation configured
   SpecStats spec;            // drafted and accepted tokens, by draft position
-  int32_t tensor_parallel_ranks = 1;
-  CommStats comm;            // tensor parallel: rank 0's collectives so far (plans relayed, all-reduces, gathers)
+  int32_t tensor_parallel_ranks = 1, pipeline_stages = 1, expert_parallel_ranks = 1;
+  std::vector<int64_t> expert_tokens;  // [n_expert] (token, expert) pairs routed so far (mixtures of experts)
+  CommStats comm;            // split: rank 0's messages so far (plans relayed, all-reduces, gathers, activations)
 };
 
 class Engine {

@@ -162,7 +162,7 @@ void ffn_dense(ThreadPool& pool, const WeightMatrix& gate, const WeightMatrix& u
 }
 
 void ffn_moe(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const LayerWeights& L, const float* h, float* out,
-             int n_tok, ForwardWorkspace& ws) {
+             int n_tok, ForwardWorkspace& ws, const ExpertShare& share) {
   const int E = hp.n_embd, X = hp.n_expert, K = hp.n_expert_used;
   std::vector<float> probs(static_cast<size_t>(n_tok) * X);  // [n_tok, n_expert]
   matmul(pool, ws, pw.matrix(*L.ffn_router), h, probs.data(), n_tok);
@@ -183,11 +183,13 @@ void ffn_moe(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const
     const float factor = hp.expert_weights_scale / (hp.expert_weights_norm ? sum : 1.0f);
     for (int j = 0; j < K; ++j) routed[static_cast<size_t>(order[j])].push_back({t, p[order[j]] * factor});
   }
-  if (L.ffn_gate_shexp)
+  ws.expert_tokens.resize(static_cast<size_t>(X));
+  for (int e = 0; e < X; ++e) ws.expert_tokens[static_cast<size_t>(e)] += static_cast<int64_t>(routed[static_cast<size_t>(e)].size());
+  if (L.ffn_gate_shexp && share.shared)
     ffn_dense(pool, pw.matrix(*L.ffn_gate_shexp), pw.matrix(*L.ffn_up_shexp),
               pw.matrix(*L.ffn_down_shexp), ops::MatmulInput{h}, out, n_tok, ws, ops::Accumulate::Yes);
   std::vector<float> xs, ys;  // [n_routed, n_embd] gathered inputs and expert outputs
-  for (int e = 0; e < X; ++e) {
+  for (int e = std::max(share.begin, 0); e < std::min(share.end, X); ++e) {
     const auto& tokens = routed[static_cast<size_t>(e)];
     if (tokens.empty()) continue;
     const int n = static_cast<int>(tokens.size());

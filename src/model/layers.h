@@ -39,8 +39,15 @@ void ffn_dense(ThreadPool& pool, const WeightMatrix& gate, const WeightMatrix& u
 
 // Mixture of experts: softmax (or sigmoid) router over n_expert, top-k per token, optionally renormalised
 // and scaled; each chosen expert runs once over all the tokens routed to it; shared experts, when present,
-// see every token. h: [n_tok, n_embd] -> out: [n_tok, n_embd] += the block's output.
+// see every token. h: [n_tok, n_embd] -> out: [n_tok, n_embd] += the block's output. Counts the routed
+// pairs per expert into ws.expert_tokens.
+// Expert parallel: every rank routes every token alike and runs only its share of the experts (and the
+// shared experts only where `shared` says), so the ranks' outputs sum to the block's.
+struct ExpertShare {
+  int begin = 0, end = 1 << 30;  // the routed experts this rank runs, [begin, end)
+  bool shared = true;            // runs the shared experts
+};
 void ffn_moe(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const LayerWeights& L, const float* h, float* out,
-             int n_tok, ForwardWorkspace& ws);
+             int n_tok, ForwardWorkspace& ws, const ExpertShare& share = {});
 
 }  // namespace kestrel::layers

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <span>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "model/activation_observer.h"
@@ -27,19 +28,23 @@ void release_pages(const uint8_t* data, size_t n) {
 }
 }  // namespace
 
+std::pair<int, int> expert_share(int n_expert, int n_ranks, int rank) {
+  return {rank * n_expert / n_ranks, (rank + 1) * n_expert / n_ranks};
+}
+
 Result<std::unique_ptr<Model>> Model::load(const std::string& path, const std::function<void(double)>& progress,
-                                           bool repack, Communicator* tensor_parallel) {
+                                           bool repack, const ProcessGroups* parallel) {
   auto file = GgufFile::open(path);
   if (!file.ok()) return Error{file.error()};
-  auto model = from_file(std::move(file).value(), tensor_parallel);
+  auto model = from_file(std::move(file).value(), parallel);
   if (!model.ok()) return Error{path + ": " + model.error()};
   // Read every weight page once now, so load time is paid here rather than in the first forward (a
-  // tensor-parallel rank reads only its shard, as it packs it).
+  // rank of a split model reads only its share, as it packs it).
   const GgufFile& f = model.value()->file();
   size_t total = 0, done = 0, next_report = 0;
   for (const TensorView& t : f.tensors()) total += t.n_bytes;
   volatile uint8_t sink = 0;
-  for (const TensorView& t : model.value()->tp_ ? std::span<const TensorView>() : std::span<const TensorView>(f.tensors())) {
+  for (const TensorView& t : model.value()->groups_ ? std::span<const TensorView>() : std::span<const TensorView>(f.tensors())) {
     for (size_t off = 0; off < t.n_bytes; off += 4096) sink = sink + t.data[off];
     done += t.n_bytes;
     if (progress && done >= next_report) {
@@ -50,14 +55,14 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const std::f
   if (repack) {
     Model& m = *model.value();
     const int n_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-    for (const TensorView* t : m.packed_.build(m.weights_, n_threads))
+    for (const TensorView* t : m.packed_.build(m.weights_, n_threads, {m.expert_begin_, m.expert_end_}))
       if (t != m.weights_.token_embd) release_pages(t->data, t->n_bytes);  // the packed copy replaces them
   }
   if (progress) progress(1.0);
   return model;
 }
 
-Result<std::unique_ptr<Model>> Model::from_file(GgufFile file, Communicator* tensor_parallel) {
+Result<std::unique_ptr<Model>> Model::from_file(GgufFile file, const ProcessGroups* parallel) {
   auto arch_name = file.get_string("general.architecture");
   if (!arch_name.ok()) return Error{arch_name.error()};
   if (!arch_name.value()) return Error{"missing metadata 'general.architecture'"};
@@ -76,13 +81,41 @@ Result<std::unique_ptr<Model>> Model::from_file(GgufFile file, Communicator* ten
   m->hparams_ = hp.value();
   m->arch_ = arch;
   m->weights_ = std::move(weights).value();
-  if (tensor_parallel && tensor_parallel->size() > 1) {
-    auto shard = shard_for_tensor_parallel(m->weights_, m->hparams_, *arch, tensor_parallel->size(), tensor_parallel->rank());
-    if (!shard.ok()) return Error{shard.error()};
-    m->tp_shard_ = std::move(shard).value();
-    m->hparams_ = std::move(m->tp_shard_->hparams);  // the shard keeps only its views, copies and plan
-    m->weights_ = std::move(m->tp_shard_->weights);
-    m->tp_ = tensor_parallel;
+  const int n_layers = m->hparams_.n_layers;
+  m->layer_end_ = n_layers;
+  m->expert_end_ = std::max(m->hparams_.n_expert, 1);
+  if (parallel && parallel->split()) {
+    m->groups_ = parallel;
+    if (parallel->pp() > 1) {
+      const int pp = parallel->pp(), stage = parallel->stage();
+      if (pp > n_layers)
+        return Error{"pipeline parallelism over " + std::to_string(pp) + " stages needs at least as many layers (the model has " +
+                     std::to_string(n_layers) + ")"};
+      m->layer_begin_ = stage * n_layers / pp;
+      m->layer_end_ = (stage + 1) * n_layers / pp;
+      m->pp_ = parallel->pipeline.get();
+    }
+    if (parallel->ep() > 1) {
+      const int ep = parallel->ep(), n_expert = m->hparams_.n_expert;
+      if (n_expert == 0) return Error{"expert parallelism (--ep) needs a mixture-of-experts model; this one is dense"};
+      if (ep > n_expert)
+        return Error{"expert parallelism over " + std::to_string(ep) + " ranks needs at least as many experts (the model has " +
+                     std::to_string(n_expert) + ")"};
+      std::tie(m->expert_begin_, m->expert_end_) = expert_share(n_expert, ep, parallel->expert->rank());
+      m->ep_ = parallel->expert.get();
+    }
+    if (parallel->tp() > 1) {
+      auto shard = shard_for_tensor_parallel(m->weights_, m->hparams_, *arch, parallel->tp(), parallel->tensor->rank(),
+                                             m->layer_begin_, m->layer_end_);
+      if (!shard.ok()) return Error{shard.error()};
+      m->tp_shard_ = std::move(shard).value();
+      m->hparams_ = std::move(m->tp_shard_->hparams);  // the shard keeps only its views, copies and plan
+      m->weights_ = std::move(m->tp_shard_->weights);
+      m->tp_ = parallel->tensor.get();
+    }
+    for (int il = 0; il < n_layers; ++il)  // another stage's layers: no weights here
+      if (il < m->layer_begin_ || il >= m->layer_end_) m->weights_.layers[static_cast<size_t>(il)] = LayerWeights{};
+    if (m->pp_ && parallel->stage() != parallel->pp() - 1) m->weights_.output = nullptr;  // the last stage's
   }
   m->packed_.use_int8_scales(m->weights_.int8);
   return m;
@@ -108,10 +141,15 @@ KvCacheSpec Model::kv_spec(int32_t n_blocks, int block_size, KvTypes types) cons
     spec.types.v = types.k;
   } else {
     spec.n_kv_heads = hparams_.n_kv_heads;
-    if (!hparams_.uniform_layers())
+    if (!hparams_.uniform_layers() || pp_)
       for (const LayerShape& s : hparams_.layer_shapes) spec.layer_kv_heads.push_back(s.n_kv_heads);
     spec.k_dim = hparams_.head_dim;
     spec.v_dim = hparams_.head_dim;
+  }
+  if (pp_) {  // KV heads only in this stage's layers
+    spec.layer_kv_heads.resize(static_cast<size_t>(spec.n_layers), spec.n_kv_heads);
+    for (int il = 0; il < spec.n_layers; ++il)
+      if (il < layer_begin_ || il >= layer_end_) spec.layer_kv_heads[static_cast<size_t>(il)] = 0;
   }
   spec.block_size = block_size;
   spec.n_blocks = n_blocks;
@@ -131,14 +169,19 @@ void Model::forward(ThreadPool& pool, const ModelInput& batch, KvStorage& kv, fl
   const int n_tok = batch.n_tokens(), E = hp.n_embd;
   const size_t n_act = static_cast<size_t>(n_tok) * E;
   float* x = ws.get(Buffer::Residual, n_act);  // [n_tok, n_embd] residual stream: each block adds its output
-  const TensorView& embd = *weights_.token_embd;
-  for (int t = 0; t < n_tok; ++t) dequantize_row(embd.type, embd.row(batch.tokens[t]), x + static_cast<size_t>(t) * E, E);
+  const int stage = pp_ ? pp_->rank() : 0, last_stage = pp_ ? pp_->size() - 1 : 0;
+  if (stage == 0) {
+    const TensorView& embd = *weights_.token_embd;
+    for (int t = 0; t < n_tok; ++t) dequantize_row(embd.type, embd.row(batch.tokens[t]), x + static_cast<size_t>(t) * E, E);
+  } else {
+    pp_->recv(x, n_act * sizeof(float), stage - 1);  // the residual stream after the stage before
+  }
 
   // Latent attention rotates only its shared key and query parts, without frequency factors.
   const TensorView* freq_factors = arch_->latent_attention ? nullptr : weights_.rope_freqs;
   const ops::RopeTable rope = ops::rope_table(batch.positions, hp.n_rot, hp.rope_freq_base,
                                               freq_factors ? reinterpret_cast<const float*>(freq_factors->data) : nullptr);
-  for (int il = 0; il < hp.n_layers; ++il) {
+  for (int il = layer_begin_; il < layer_end_; ++il) {
     const LayerWeights& L = weights_.layers[static_cast<size_t>(il)];
     // Dense attention and FFN blocks normalise their input as their first projections quantize it; latent
     // attention and MoE read the normalised rows in several places, so they get them written out in h.
@@ -159,7 +202,14 @@ void Model::forward(ThreadPool& pool, const ModelInput& batch, KvStorage& kv, fl
     if (L.ffn_router) {
       float* h = ws.get(Buffer::Normed, n_act);  // [n_tok, n_embd] normalised input of the block
       ops::rmsnorm(pool, x, ffn_in.norm_weight, h, n_tok, E, hp.rms_eps);
-      layers::ffn_moe(pool, packed_, hp, L, h, x, n_tok, ws);
+      if (ep_) {  // this rank's experts' share of the output, summed over the expert group
+        float* part = ws.get(Buffer::Partial, n_act);  // [n_tok, n_embd]
+        std::fill_n(part, n_act, 0.f);
+        layers::ffn_moe(pool, packed_, hp, L, h, part, n_tok, ws, {expert_begin_, expert_end_, ep_->rank() == 0});
+        add_all_ranks(*ep_, part, x, n_act);
+      } else {
+        layers::ffn_moe(pool, packed_, hp, L, h, x, n_tok, ws);
+      }
     } else if (tp_) {  // this rank's channels' share, summed over the ranks
       float* part = ws.get(Buffer::Partial, n_act);  // [n_tok, n_embd]
       layers::ffn_dense(pool, packed_.matrix(*L.ffn_gate), packed_.matrix(*L.ffn_up), packed_.matrix(*L.ffn_down),
@@ -172,14 +222,20 @@ void Model::forward(ThreadPool& pool, const ModelInput& batch, KvStorage& kv, fl
   }
 
   const int n_out = static_cast<int>(batch.logits_rows.size());
+  if (stage != last_stage) {
+    pp_->send(x, n_act * sizeof(float), stage + 1);
+    pp_->broadcast(logits, static_cast<size_t>(n_out) * hp.n_vocab * sizeof(float), last_stage);
+    return;
+  }
   float* last = ws.get(Buffer::Last, static_cast<size_t>(n_out) * E);  // [n_out, n_embd]
   for (int i = 0; i < n_out; ++i)
     std::copy_n(x + static_cast<size_t>(batch.logits_rows[i]) * E, E, last + static_cast<size_t>(i) * E);
   ops::rmsnorm(pool, last, reinterpret_cast<const float*>(weights_.output_norm->data), last, n_out, E, hp.rms_eps);
   const WeightMatrix output = packed_.matrix(*weights_.output);
   if (ws.observer) ws.observer->observe(std::span<const WeightMatrix>(&output, 1), last, n_out);
-  if (!tp_) return ops::matmul(pool, output, last, logits, n_out);
-  gather_logits(pool, output, last, n_out, logits, ws);
+  if (tp_) gather_logits(pool, output, last, n_out, logits, ws);
+  else ops::matmul(pool, output, last, logits, n_out);
+  if (pp_) pp_->broadcast(logits, static_cast<size_t>(n_out) * hp.n_vocab * sizeof(float), last_stage);
 }
 
 // Each rank's rows of the output matrix, gathered into [n_out, n_vocab] on every rank: the local rows go

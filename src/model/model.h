@@ -5,10 +5,11 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "core/status.h"
 #include "core/thread_pool.h"
-#include "dist/communicator.h"
+#include "dist/process_groups.h"
 #include "io/gguf.h"
 #include "kv/kv_storage.h"
 #include "model/arch.h"
@@ -21,33 +22,44 @@
 
 namespace kestrel {
 
+// Expert parallelism: the routed experts rank `rank` of n_ranks runs, [first, second) (an even share, in order).
+std::pair<int, int> expert_share(int n_expert, int n_ranks, int rank);
+
 class Model {
  public:
   // progress(fraction) is called while weight pages are read in (may be empty).
   // repack: build packed copies of the quantized matrices for the integer GEMM kernels (and release the
   // file pages they came from).
-  // tensor_parallel: with more than one rank, this process holds only its rank's share of the weights
-  // (model/tensor_parallel_shard.h), and every forward pass is a collective over it: each rank must run the
-  // same batches in the same order (the communicator must outlive the model).
+  // parallel: split over more than one process, this one holds only its share: its pipeline stage's
+  // layers (an even share of them, in order) and, within them, its tensor rank's heads, channels and
+  // vocabulary rows (model/tensor_parallel_shard.h) and its expert rank's experts (expert_share: it
+  // routes every token, runs its experts, and the expert group sums the outputs). Every forward pass is then a collective over the
+  // groups: each rank must run the same batches in the same order (the groups must outlive the model).
   static Result<std::unique_ptr<Model>> load(const std::string& path, const std::function<void(double)>& progress = {},
-                                             bool repack = true, Communicator* tensor_parallel = nullptr);
-  static Result<std::unique_ptr<Model>> from_file(GgufFile file, Communicator* tensor_parallel = nullptr);
+                                             bool repack = true, const ProcessGroups* parallel = nullptr);
+  static Result<std::unique_ptr<Model>> from_file(GgufFile file, const ProcessGroups* parallel = nullptr);
 
   const GgufFile& file() const { return file_; }
   // This rank's hyperparameters: under tensor parallelism its heads, KV heads and FFN channels per layer.
   const HParams& hparams() const { return hparams_; }
-  // The tensor-parallel communicator (nullptr: one process holds every weight).
-  Communicator* tensor_parallel() const { return tp_; }
+  // The processes the model is split over (nullptr: this one holds every weight).
+  const ProcessGroups* process_groups() const { return groups_; }
+  // The layers this rank runs, [first, second): all of them but under pipeline parallelism.
+  std::pair<int, int> layer_range() const { return {layer_begin_, layer_end_}; }
+  // The routed experts this rank runs, [first, second): all of them but under expert parallelism.
+  std::pair<int, int> expert_range() const { return {expert_begin_, expert_end_}; }
   const ArchTraits& arch() const { return *arch_; }
   const ModelWeights& weights() const { return weights_; }
   // Bytes of weights a single-token forward reads (every matrix once, embeddings one row).
   size_t weight_bytes_per_token() const;
 
-  // KV cache geometry for this model with n_blocks pages of block_size tokens of `type` elements.
+  // KV cache geometry for this model with n_blocks pages of block_size tokens of `type` elements (no KV
+  // heads in another pipeline stage's layers).
   KvCacheSpec kv_spec(int32_t n_blocks, int block_size, KvTypes types) const;
 
   // Runs the batch through every layer, writing each token's K/V into its slot in `kv` and the logits of
-  // batch.logits_rows into logits: [logits_rows.size(), n_vocab] (the whole vocabulary on every rank). Positions must be < the block tables'
+  // batch.logits_rows into logits: [logits_rows.size(), n_vocab] (the whole vocabulary on every rank: a
+  // pipeline's later stages get their input from the stage before, and the last one's logits go to all). Positions must be < the block tables'
   // capacity, and each token's earlier positions must already be in the cache (or in this batch, earlier).
   // ws holds the activation buffers from one call to the next (see ForwardWorkspace); the overload without
   // it makes a fresh one per call.
@@ -63,7 +75,12 @@ class Model {
   const ArchTraits* arch_ = nullptr;
   ModelWeights weights_;
   PackedWeights packed_;
+  const ProcessGroups* groups_ = nullptr;            // set when split over more than one process
   Communicator* tp_ = nullptr;                       // set when tensor parallel over more than one rank
+  Communicator* pp_ = nullptr;                       // set when pipeline parallel over more than one stage
+  Communicator* ep_ = nullptr;                       // set when expert parallel over more than one rank
+  int layer_begin_ = 0, layer_end_ = 0;              // this rank's layers
+  int expert_begin_ = 0, expert_end_ = 0;            // this rank's routed experts
   std::unique_ptr<TensorParallelShard> tp_shard_;    // this rank's views and copies, weights_ points into them
 };
 

@@ -8,8 +8,10 @@
 
 namespace kestrel {
 
-std::vector<const TensorView*> PackedWeights::build(const ModelWeights& weights, int n_threads) {
-  std::vector<const TensorView*> matrices{weights.output};
+std::vector<const TensorView*> PackedWeights::build(const ModelWeights& weights, int n_threads,
+                                                    std::pair<int64_t, int64_t> experts) {
+  std::vector<const TensorView*> matrices;
+  if (weights.output) matrices.push_back(weights.output);  // none in a pipeline's earlier stages
   for (const LayerWeights& L : weights.layers)
     for (const TensorView* t : {L.wq, L.wk, L.wv, L.wo, L.wq_a, L.wq_b, L.wkv_a, L.ffn_gate, L.ffn_up, L.ffn_down,
                                 L.ffn_gate_exps, L.ffn_up_exps, L.ffn_down_exps, L.ffn_gate_shexp, L.ffn_up_shexp,
@@ -28,7 +30,9 @@ std::vector<const TensorView*> PackedWeights::build(const ModelWeights& weights,
     }
     if (packed_.count(t) || !has_packed_layout(t->type, t->ne[0], t->ne[1])) continue;
     packed_[t].resize(static_cast<size_t>(t->ne[2]));
-    for (int64_t e = 0; e < t->ne[2]; ++e) jobs.push_back({t, e});
+    const bool expert_tensor = t->ne[2] > 1;
+    for (int64_t e = 0; e < t->ne[2]; ++e)
+      if (!expert_tensor || (e >= experts.first && e < experts.second)) jobs.push_back({t, e});
   }
   std::atomic<size_t> next{0};
   std::vector<std::thread> workers;

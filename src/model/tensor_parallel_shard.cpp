@@ -45,7 +45,8 @@ const TensorView* column_slice(TensorParallelShard& s, const TensorView* t, int6
 }  // namespace
 
 Result<std::unique_ptr<TensorParallelShard>> shard_for_tensor_parallel(const ModelWeights& weights, const HParams& hp,
-                                                                       const ArchTraits& arch, int n_ranks, int rank) {
+                                                                       const ArchTraits& arch, int n_ranks, int rank,
+                                                                       int layer_begin, int layer_end) {
   if (arch.latent_attention) return Error{"tensor parallelism does not split latent attention (MLA) models yet"};
   if (hp.n_expert > 0) return Error{"tensor parallelism does not split mixture-of-experts models yet (expert parallelism: --ep)"};
   if (!weights.int8.empty()) return Error{"tensor parallelism does not split int8 (W8A8) matrices yet"};
@@ -77,6 +78,10 @@ Result<std::unique_ptr<TensorParallelShard>> shard_for_tensor_parallel(const Mod
     s->hparams.n_kv_heads = std::max(s->hparams.n_kv_heads, p.n_kv_heads);
     s->hparams.n_ff = std::max(s->hparams.n_ff, p.n_ff);
     LayerWeights& L = s->weights.layers[il];
+    if (static_cast<int>(il) < layer_begin || static_cast<int>(il) >= layer_end) {
+      L = LayerWeights{};  // another pipeline stage's layer
+      continue;
+    }
     const int64_t q0 = p.head_begin * hd, nq = p.n_heads * hd, kv0 = p.kv_head_begin * hd, nkv = p.n_kv_heads * hd;
     L.wq = row_slice(*s, L.wq, q0, nq);
     L.bq = row_slice(*s, L.bq, q0, nq);

@@ -27,9 +27,11 @@ struct TensorParallelShard {
   std::vector<std::shared_ptr<uint8_t[]>> copies;  // [n_bytes] of each column-sliced matrix
 };
 
-// Rank `rank` of n_ranks. Fails for what tensor parallelism does not split yet (latent attention, mixtures
+// Rank `rank` of n_ranks, holding weights for layers [layer_begin, layer_end) only (a pipeline stage's; the
+// other layers keep their split shapes and no weights). Fails for what tensor parallelism does not split yet (latent attention, mixtures
 // of experts, int8 W8A8 matrices) and for shapes the plan rejects, naming them.
 Result<std::unique_ptr<TensorParallelShard>> shard_for_tensor_parallel(const ModelWeights& weights, const HParams& hp,
-                                                                       const ArchTraits& arch, int n_ranks, int rank);
+                                                                       const ArchTraits& arch, int n_ranks, int rank,
+                                                                       int layer_begin, int layer_end);
 
 }  // namespace kestrel

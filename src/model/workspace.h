@@ -14,6 +14,9 @@ class ActivationObserver;
 class ForwardWorkspace {
  public:
   ActivationObserver* observer = nullptr;  // calibration: sees every matrix product's input (optional)
+  // Mixtures of experts: [n_expert] the (token, expert) pairs routed to each expert so far, over every
+  // MoE layer and forward that used this workspace (expert load).
+  std::vector<int64_t> expert_tokens;
 
   enum class Buffer { Residual, Normed, Q, K, V, AttnOut, Gate, Up, Last, Partial, Logits, Wide, Count };
 

@@ -91,12 +91,32 @@ std::string Metrics::render() const {
         engine_.kv_peak_blocks_used ? static_cast<double>(engine_.kv_peak_unused_tokens) /
                                           (static_cast<double>(engine_.kv_peak_blocks_used) * engine_.kv_block_size)
                                     : 0.0);
-  if (engine_.tensor_parallel_ranks > 1) {
-    gauge("kestrel_tensor_parallel_ranks", "Processes the model is split over (--tp).", engine_.tensor_parallel_ranks);
-    counter("kestrel_tp_collectives_total", "Collective calls rank 0 made (step plans relayed, all-reduces, gathers).",
+  if (!engine_.expert_tokens.empty()) {
+    // Expert load: routed (token, expert) pairs per expert and, split over ranks, per expert-parallel rank.
+    const int n_expert = static_cast<int>(engine_.expert_tokens.size()), ep = engine_.expert_parallel_ranks;
+    out += "# HELP kestrel_expert_tokens_total (token, expert) pairs routed to each expert.\n"
+           "# TYPE kestrel_expert_tokens_total counter\n";
+    for (int e = 0; e < n_expert; ++e)
+      out += "kestrel_expert_tokens_total{expert=\"" + std::to_string(e) + "\"} " +
+             std::to_string(engine_.expert_tokens[static_cast<size_t>(e)]) + "\n";
+    out += "# HELP kestrel_expert_rank_tokens_total (token, expert) pairs routed to the experts each expert-parallel rank holds.\n"
+           "# TYPE kestrel_expert_rank_tokens_total counter\n";
+    for (int r = 0; r < ep; ++r) {
+      const auto [begin, end] = expert_share(n_expert, ep, r);
+      int64_t n = 0;
+      for (int e = begin; e < end; ++e) n += engine_.expert_tokens[static_cast<size_t>(e)];
+      out += "kestrel_expert_rank_tokens_total{rank=\"" + std::to_string(r) + "\"} " + std::to_string(n) + "\n";
+    }
+  }
+  if (engine_.tensor_parallel_ranks > 1 || engine_.pipeline_stages > 1 || engine_.expert_parallel_ranks > 1) {
+    gauge("kestrel_tensor_parallel_ranks", "Ranks each layer is split over (--tp).", engine_.tensor_parallel_ranks);
+    gauge("kestrel_pipeline_stages", "Stages the layers are split over (--pp).", engine_.pipeline_stages);
+    gauge("kestrel_expert_parallel_ranks", "Ranks the experts are split over (--ep).", engine_.expert_parallel_ranks);
+    counter("kestrel_dist_messages_total",
+            "Messages rank 0 took part in (step plans relayed, all-reduces, logits gathers, activations between stages).",
             static_cast<double>(engine_.comm.messages));
-    counter("kestrel_tp_bytes_total", "Bytes rank 0 contributed to those collectives.", static_cast<double>(engine_.comm.bytes));
-    counter("kestrel_tp_seconds_total", "Wall time rank 0 spent inside collectives (waiting for the others included).",
+    counter("kestrel_dist_bytes_total", "Bytes rank 0 sent in them.", static_cast<double>(engine_.comm.bytes));
+    counter("kestrel_dist_seconds_total", "Wall time rank 0 spent inside them (waiting for the others included).",
             engine_.comm.seconds);
   }
   if (engine_.speculative) {

@@ -1,4 +1,5 @@
-// Run under mpirun by tests/test_dist.cpp: every collective of the launched communicator checked against
+// Run under mpirun by tests/test_dist.cpp: every collective of the launched communicator (and send / recv,
+// split) checked against
 // what each rank can compute alone. Prints "rank R of N: ok" and exits 0, or names the first mismatch and
 // ends the job with status 1. `--fail-rank R`: rank R leaves without a word before the first collective (the others must not
 // hang); `--abort-rank R`: rank R calls Communicator::abort.
@@ -63,6 +64,39 @@ int main(int argc, char** argv) {
   const kestrel::CommStats& s = c.stats();
   const uint64_t want_bytes = 4 * (1 + 7 + 4096 + 100003) + (r == n - 1 ? 18 : 0) + 12;
   if (n > 1 && (s.messages != 7 || s.bytes != want_bytes)) fail(c, "stats " + std::to_string(s.messages) + " " + std::to_string(s.bytes));
+  // broadcast_patiently: the same message, waited for without spinning
+  int64_t word = r == 0 ? 42 : 0;
+  c.broadcast_patiently(&word, sizeof word, 0);
+  if (word != 42) fail(c, "broadcast_patiently: " + std::to_string(word));
+  // send / recv around a ring: rank r sends {r, r + 0.5} to r + 1 (even ranks first, so no two wait on
+  // each other) and receives from r - 1.
+  if (n > 1) {
+    const float out[2] = {static_cast<float>(r), r + 0.5f};
+    float in[2] = {-1, -1};
+    const int next = (r + 1) % n, prev = (r + n - 1) % n;
+    if (r % 2 == 0) {
+      c.send(out, sizeof out, next);
+      c.recv(in, sizeof in, prev);
+    } else {
+      c.recv(in, sizeof in, prev);
+      c.send(out, sizeof out, next);
+    }
+    if (in[0] != static_cast<float>(prev) || in[1] != prev + 0.5f) fail(c, "send/recv from " + std::to_string(prev));
+  }
+  // split: even and odd ranks, ranked in reverse; a sum within each part
+  {
+    auto part = c.split(r % 2, -r);
+    const int part_size = (n + (r % 2 == 0 ? 1 : 0)) / 2;
+    if (part->size() != part_size) fail(c, "split size " + std::to_string(part->size()));
+    int above = 0;  // ranks of the same parity above this one come first
+    for (int k = r + 2; k < n; k += 2) ++above;
+    if (part->rank() != above) fail(c, "split rank " + std::to_string(part->rank()));
+    float v = static_cast<float>(r);
+    part->all_reduce_sum(&v, 1);
+    float want = 0;
+    for (int k = r % 2; k < n; k += 2) want += static_cast<float>(k);
+    if (v != want) fail(c, "sum within a split part: " + std::to_string(v));
+  }
   std::printf("rank %d of %d: ok (%s)\n", r, n, c.backend().c_str());
   return 0;
 }
