@@ -2,7 +2,8 @@
 // streaming /v1/completions requests with a fixed number in flight and reports output tokens/s, TTFT and
 // TPOT percentiles, errors, and the server's prefix-cache hit rate when its /metrics exposes one.
 //
-// Workloads: shared-prefix (a common system prompt plus a short unique question per request) and unique
+// Workloads: shared-prefix (a common system prompt, or one of --prefixes N, plus a short unique question per
+// request; requests cycle through the prompts) and unique
 // (a distinct prompt per request). Prompts are token ids (exact lengths; accepted by kestrel, llama-server
 // and vLLM), drawn from a seeded generator.
 #include <httplib.h>
@@ -30,6 +31,7 @@ struct ServeBenchArgs {
   std::string api_key, model = "kestrel", output = "md";
   int requests = 32, concurrency = 8;
   int prefix_tokens = 400, unique_tokens = 15, max_tokens = 64;
+  int prefixes = 1;  // distinct system prompts (shared-prefix)
   int min_tokens = 0;  // > 0: each request generates a seeded-random count in [min_tokens, max_tokens]
   int vocab = 32000;
   uint64_t seed = 1;
@@ -121,15 +123,16 @@ RequestResult run_one(const std::string& url, const ServeBenchArgs& a, const std
 int run_bench_serve(const ServeBenchArgs& a) {
   std::mt19937_64 rng(a.seed);
   std::uniform_int_distribution<int32_t> token(100, std::max(101, a.vocab - 1));
-  std::vector<int32_t> prefix;
   const bool shared = a.workload == "shared-prefix";
+  std::vector<std::vector<int32_t>> prefixes(shared ? static_cast<size_t>(a.prefixes) : 1);  // [prefixes][prefix_tokens]
   if (shared)
-    for (int i = 0; i < a.prefix_tokens; ++i) prefix.push_back(token(rng));
+    for (auto& prefix : prefixes)
+      for (int i = 0; i < a.prefix_tokens; ++i) prefix.push_back(token(rng));
   std::vector<std::vector<int32_t>> prompts;
   std::vector<int> lengths;  // tokens to generate per request
   std::uniform_int_distribution<int> length(a.min_tokens > 0 ? std::min(a.min_tokens, a.max_tokens) : a.max_tokens, a.max_tokens);
   for (int r = 0; r < a.requests; ++r) {
-    std::vector<int32_t> p = prefix;
+    std::vector<int32_t> p = prefixes[static_cast<size_t>(r) % prefixes.size()];
     for (int i = 0; i < a.unique_tokens; ++i) p.push_back(token(rng));
     prompts.push_back(std::move(p));
     lengths.push_back(length(rng));
@@ -227,6 +230,8 @@ CLI::App* add_bench_serve(CLI::App& bench, Action& run) {
   cmd->add_option("--requests", a->requests, "Requests in total")->check(CLI::Range(1, 100000))->capture_default_str();
   cmd->add_option("--concurrency", a->concurrency, "Requests in flight")->check(CLI::Range(1, 1024))->capture_default_str();
   cmd->add_option("--prefix-tokens", a->prefix_tokens, "Shared system-prompt tokens (shared-prefix)")->capture_default_str();
+  cmd->add_option("--prefixes", a->prefixes, "Distinct system prompts (shared-prefix), requests cycling through them")
+      ->check(CLI::Range(1, 10000))->capture_default_str();
   cmd->add_option("--unique-tokens", a->unique_tokens, "Unique prompt tokens per request")->capture_default_str();
   cmd->add_option("--max-tokens", a->max_tokens, "Tokens generated per request (ignore_eos)")->capture_default_str();
   cmd->add_option("--min-tokens", a->min_tokens, "If set: requests generate a random count in [min, max] tokens");

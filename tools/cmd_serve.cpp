@@ -12,6 +12,7 @@
 #include "model/key_centers.h"
 #include "server/engine_loop.h"
 #include "server/http_server.h"
+#include "server/replica_router.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -42,6 +43,8 @@ struct ServeArgs {
   std::string draft_model;  // speculative decoding
   SpeculativeConfig spec;
   ParallelArgs split;       // tensor-parallel ranks x pipeline stages
+  int dp = 1;               // data-parallel replicas in this process
+  std::string dp_policy = "cache";
 };
 
 // Split over processes: rank 0 tells the other ranks how many KV pages to make once it is ready to serve, or 0
@@ -82,6 +85,7 @@ int run_serve(ServeArgs& a) {
   const auto groups = launch_processes(a.split, !a.draft_model.empty() || a.spec.ngram > 0);
   if (!groups) return 1;
   Communicator& world = *groups->world;
+  if (groups->split() && a.dp > 1) world.abort("error: --dp runs its replicas in one process; not with --tp / --ep / --pp yet", 1);
   auto model = load_model(a.model, world.rank() != 0, groups.get());
   if (!model || !kv_types_fit(*model, a.kv_types)) return 1;
   if (world.rank() != 0) return follow_serving(a, *model, world);
@@ -156,44 +160,60 @@ int run_serve(ServeArgs& a) {
   config.scheduler.policy = a.policy == "static" ? BatchPolicy::Static
                             : a.policy == "dynamic" ? BatchPolicy::Dynamic : BatchPolicy::Continuous;
   config.spec = a.spec;
-  ThreadPool pool(a.threads);
   followers.go(config.n_blocks);
-  Engine engine(*model, pool, config, draft.get());
+  // Data parallel: --dp engines, each with its threads, KV cache and prefix cache, behind one router.
   Metrics metrics;
-  EngineLoop loop(engine, static_cast<size_t>(a.max_queue),
-                  [&](const std::vector<StepOutput>&, const EngineStats& s) { metrics.engine_stats(s); });
-  loop.start();
+  std::vector<std::unique_ptr<ThreadPool>> pools;
+  std::vector<std::unique_ptr<Engine>> engines;
+  std::vector<std::unique_ptr<EngineLoop>> loops;
+  std::vector<RequestQueue*> replicas;
+  for (int r = 0; r < a.dp; ++r) {
+    pools.push_back(std::make_unique<ThreadPool>(a.threads));
+    engines.push_back(std::make_unique<Engine>(*model, *pools.back(), config, draft.get()));
+    loops.push_back(std::make_unique<EngineLoop>(
+        *engines.back(), static_cast<size_t>(a.max_queue),
+        [&metrics, r](const std::vector<StepOutput>&, const EngineStats& s) { metrics.engine_stats(s, static_cast<size_t>(r)); }));
+    loops.back()->start();
+    replicas.push_back(loops.back().get());
+  }
+  RouterConfig routing;
+  routing.policy = a.dp_policy == "round-robin" ? RoutePolicy::RoundRobin : RoutePolicy::CacheAware;
+  ReplicaRouter router(replicas, routing);
+  if (a.dp > 1) metrics.set_router(&router);
+  RequestQueue& front = a.dp > 1 ? static_cast<RequestQueue&>(router) : *loops[0];
   if (a.server.model_name.empty() || a.server.model_name == "kestrel")
     a.server.model_name = a.alias.empty() ? std::filesystem::path(a.model).filename().string() : a.alias;
-  HttpServer server(loop, tok, render, metrics, a.server, engine.max_seq_len());
+  HttpServer server(front, tok, render, metrics, a.server, engines[0]->max_seq_len());
   if (Status st = server.start(); !st.ok()) {
     std::fprintf(stderr, "error: %s\n", st.error().c_str());
     return 1;
   }
-  std::fprintf(stderr, "kestrel serve: listening on http://%s:%d (model %s, %d threads, %d KV blocks of %d tokens: "
+  std::fprintf(stderr, "kestrel serve: listening on http://%s:%d (model %s, %s%d threads, %d KV blocks of %d tokens: "
                "%.1f MiB at %zu bytes per token (%s%s%s), at most %d requests in flight)\n", a.server.host.c_str(),
-               server.port(), a.server.model_name.c_str(), a.threads, config.n_blocks, a.block_size,
+               server.port(), a.server.model_name.c_str(),
+               a.dp > 1 ? (std::to_string(a.dp) + " data-parallel replicas (" + a.dp_policy + " routing), each ").c_str() : "",
+               a.threads, config.n_blocks, a.block_size,
                static_cast<double>(kv_bytes_per_token) * config.n_blocks * a.block_size / 1048576.0, kv_bytes_per_token,
                a.kv_types.name().c_str(), draft ? ", target and draft" : "",
                groups->split() ? (", rank 0 of " + std::to_string(world.size()) + ": " + groups->describe()).c_str() : "",
                server.max_in_flight());
 
-  // Ready once one real forward pass went through the engine.
-  {
+  // Ready once one real forward pass went through every engine (straight to each, past the router).
+  for (auto& loop : loops) {
     Request warmup;
     warmup.prompt = {tok.vocab().bos >= 0 ? tok.vocab().bos : 0};
     warmup.max_tokens = 1;
     warmup.sampling.temperature = 0;
     auto channel = std::make_shared<RequestChannel>();
-    if (loop.submit(warmup, channel)) {
+    if (loop->submit(warmup, channel)) {
       for (;;) {
         auto e = channel->pop(std::chrono::milliseconds(100));
         if (!e) continue;
         if (e->kind == ChannelEvent::Kind::Rejected || e->output.finish != FinishReason::None) break;
       }
     }
-    server.set_ready(true);
   }
+  server.set_ready(true);
 
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
@@ -201,15 +221,15 @@ int run_serve(ServeArgs& a) {
   // Graceful shutdown: refuse new requests, let those in flight finish (up to --shutdown-timeout, or until a
   // second signal), then cancel what is left: those requests end with finish_reason "abort" and an error.
   std::fprintf(stderr, "kestrel serve: shutting down (%zu requests in flight; a second signal stops at once)\n",
-               loop.n_pending());
+               front.n_pending());
   server.refuse_new_requests();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(a.shutdown_timeout_s);
-  while (loop.n_pending() > 0 && std::chrono::steady_clock::now() < deadline && g_signals.load() < 2)
+  while (front.n_pending() > 0 && std::chrono::steady_clock::now() < deadline && g_signals.load() < 2)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  if (loop.n_pending() > 0)
+  if (front.n_pending() > 0)
     std::fprintf(stderr, "kestrel serve: %s; cancelling %zu requests\n",
-                 g_signals.load() >= 2 ? "second signal" : "shutdown timeout", loop.n_pending());
-  loop.stop(/*finish_in_flight=*/false);
+                 g_signals.load() >= 2 ? "second signal" : "shutdown timeout", front.n_pending());
+  for (auto& loop : loops) loop->stop(/*finish_in_flight=*/false);
   // Let the handlers send what the cancellation produced (a stream's "abort" chunk and error event) before
   // the HTTP server stops writing.
   const auto flush_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
@@ -260,6 +280,13 @@ void add_serve(CLI::App& app, Action& run) {
   add_cache_type_options(cmd, args->kv_types);
   add_speculative_options(cmd, args->draft_model, args->spec, true);
   add_parallel_options(cmd, args->split);
+  cmd->add_option("--dp", args->dp, "Data-parallel replicas in this process, each with its own KV and prefix cache "
+                                    "(-t threads and -c tokens each), behind one router")
+      ->check(CLI::Range(1, 64))->capture_default_str();
+  cmd->add_option("--dp-policy", args->dp_policy,
+                  "How the router picks a replica: cache (the longest cached prompt prefix, unless loads drift apart) "
+                  "or round-robin")
+      ->check(CLI::IsMember({"cache", "round-robin"}))->capture_default_str();
   cmd->callback([&run, args] { run = [args] { return run_serve(*args); }; });
 }
 

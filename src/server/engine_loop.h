@@ -16,24 +16,25 @@
 
 #include "engine/engine.h"
 #include "server/request_channel.h"
+#include "server/request_queue.h"
 
 namespace kestrel {
 
-class EngineLoop {
+class EngineLoop final : public RequestQueue {
  public:
   // on_step(outputs, stats) runs on the engine thread after every step (metrics).
   using StepObserver = std::function<void(const std::vector<StepOutput>&, const EngineStats&)>;
   EngineLoop(Engine& engine, size_t max_pending, StepObserver on_step = {});
-  ~EngineLoop();
+  ~EngineLoop() override;
 
   void start();
   void stop(bool finish_in_flight);
 
-  bool submit(Request request, std::shared_ptr<RequestChannel> channel);
-  void cancel(const std::shared_ptr<RequestChannel>& channel);  // also marks the channel cancelled
+  bool submit(Request request, std::shared_ptr<RequestChannel> channel) override;
+  void cancel(const std::shared_ptr<RequestChannel>& channel) override;  // also marks the channel cancelled
   EngineStats stats() const;
-  size_t n_pending() const;
-  size_t max_pending() const { return max_pending_; }
+  size_t n_pending() const override;
+  size_t max_pending() const override { return max_pending_; }
 
  private:
   void run();

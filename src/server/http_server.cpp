@@ -48,7 +48,7 @@ bool method_allowed(const Route& route, const std::string& method) {
 
 }  // namespace
 
-HttpServer::HttpServer(EngineLoop& loop, const Tokenizer& tokenizer, ChatRenderer render_chat, Metrics& metrics,
+HttpServer::HttpServer(RequestQueue& loop, const Tokenizer& tokenizer, ChatRenderer render_chat, Metrics& metrics,
                        const ServerConfig& config, int32_t max_seq_len)
     : loop_(loop),
       tokenizer_(tokenizer),

@@ -23,10 +23,10 @@
 #include <vector>
 
 #include "core/status.h"
-#include "server/engine_loop.h"
 #include "server/http_listener.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
+#include "server/request_queue.h"
 #include "server/web_policy.h"
 #include "tokenizer/tokenizer.h"
 
@@ -50,7 +50,7 @@ using ChatRenderer = std::function<Result<std::string>(const std::vector<ChatMes
 
 class HttpServer {
  public:
-  HttpServer(EngineLoop& loop, const Tokenizer& tokenizer, ChatRenderer render_chat, Metrics& metrics,
+  HttpServer(RequestQueue& loop, const Tokenizer& tokenizer, ChatRenderer render_chat, Metrics& metrics,
              const ServerConfig& config, int32_t max_seq_len);
   ~HttpServer();
 
@@ -76,7 +76,7 @@ class HttpServer {
   // request was answered here.
   bool screen(const httplib::Request& req, httplib::Response& res) const;
 
-  EngineLoop& loop_;
+  RequestQueue& loop_;
   const Tokenizer& tokenizer_;
   ChatRenderer render_chat_;
   Metrics& metrics_;
