@@ -2,8 +2,8 @@
 // streaming /v1/completions requests with a fixed number in flight and reports output tokens/s, TTFT and
 // TPOT percentiles, errors, and the server's prefix-cache hit rate when its /metrics exposes one.
 //
-// Workloads: shared-prefix (a common system prompt, or one of --prefixes N, plus a short unique question per
-// request; requests cycle through the prompts) and unique
+// Workloads: shared-prefix (a common system prompt, or one of --prefixes N drawn at random, plus a short
+// unique question per request) and unique
 // (a distinct prompt per request). Prompts are token ids (exact lengths; accepted by kestrel, llama-server
 // and vLLM), drawn from a seeded generator.
 #include <httplib.h>
@@ -132,7 +132,7 @@ int run_bench_serve(const ServeBenchArgs& a) {
   std::vector<int> lengths;  // tokens to generate per request
   std::uniform_int_distribution<int> length(a.min_tokens > 0 ? std::min(a.min_tokens, a.max_tokens) : a.max_tokens, a.max_tokens);
   for (int r = 0; r < a.requests; ++r) {
-    std::vector<int32_t> p = prefixes[static_cast<size_t>(r) % prefixes.size()];
+    std::vector<int32_t> p = prefixes[std::uniform_int_distribution<size_t>(0, prefixes.size() - 1)(rng)];
     for (int i = 0; i < a.unique_tokens; ++i) p.push_back(token(rng));
     prompts.push_back(std::move(p));
     lengths.push_back(length(rng));
@@ -230,7 +230,7 @@ CLI::App* add_bench_serve(CLI::App& bench, Action& run) {
   cmd->add_option("--requests", a->requests, "Requests in total")->check(CLI::Range(1, 100000))->capture_default_str();
   cmd->add_option("--concurrency", a->concurrency, "Requests in flight")->check(CLI::Range(1, 1024))->capture_default_str();
   cmd->add_option("--prefix-tokens", a->prefix_tokens, "Shared system-prompt tokens (shared-prefix)")->capture_default_str();
-  cmd->add_option("--prefixes", a->prefixes, "Distinct system prompts (shared-prefix), requests cycling through them")
+  cmd->add_option("--prefixes", a->prefixes, "Distinct system prompts (shared-prefix), one drawn at random per request")
       ->check(CLI::Range(1, 10000))->capture_default_str();
   cmd->add_option("--unique-tokens", a->unique_tokens, "Unique prompt tokens per request")->capture_default_str();
   cmd->add_option("--max-tokens", a->max_tokens, "Tokens generated per request (ignore_eos)")->capture_default_str();

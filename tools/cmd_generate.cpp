@@ -117,6 +117,12 @@ int run_generate(GenerateArgs& a) {
   };
   auto stats = spec ? spec->generate(prompt, a.n_predict, sampler, end_tokens, on_token)
                     : plain->generate(prompt, a.n_predict, sampler, end_tokens, on_token);
+  if (groups->split()) {  // every rank's own traffic (stderr): rank 0's alone misses what flows past it
+    const CommStats c = groups->stats();
+    std::fprintf(stderr, "rank %d of %d (%s): sent %.3f MB in %llu messages, %.3f s inside them\n", world.rank(), world.size(),
+                 groups->describe().c_str(), static_cast<double>(c.bytes) / 1e6, static_cast<unsigned long long>(c.messages),
+                 c.seconds);
+  }
   if (!printing) return stats.ok() ? 0 : 1;
   const std::string rest = decoder.flush();
   std::fwrite(rest.data(), 1, rest.size(), stdout);
@@ -133,11 +139,6 @@ int run_generate(GenerateArgs& a) {
                s.generate_s > 0 ? (s.n_generated > 1 ? (s.n_generated - 1) / s.generate_s : s.n_generated / s.generate_s)
                                 : 0.0);
   if (spec) print_spec_stats(spec->stats(), spec->target_forwards(), s.n_generated);
-  if (groups->split()) {
-    const CommStats c = groups->stats();
-    std::fprintf(stderr, "%s: %d ranks, rank 0 sent %.2f MB in %llu messages, %.3f s inside them\n", groups->describe().c_str(),
-                 world.size(), static_cast<double>(c.bytes) / 1e6, static_cast<unsigned long long>(c.messages), c.seconds);
-  }
   return 0;
 }
 
