@@ -209,6 +209,24 @@ TEST(TensorParallel, ServeThatCannotStartEndsEveryRank) {
   EXPECT_NE(out.find("error:"), std::string::npos) << out;
 }
 
+// Killing a follower rank while it serves ends the job with a message (mpirun names the rank) instead of
+// leaving rank 0 and its client waiting.
+TEST(TensorParallel, KillingAServingRankEndsTheJob) {
+  KESTREL_REQUIRE_SHARED(shared);
+  const std::string script = std::string(KESTREL_SOURCE_DIR) + "/tests/scripts/serve_rank_killed.sh";
+  const std::string env = std::string(kMpiAsRoot) + " KESTREL_LAUNCHER='" + test::mpirun_launcher(2, 300) +
+                          "' SERVE_ARGS='--tp 2 -t 1' ";
+  std::string out;
+  ASSERT_EQ(test::run_command(env + "bash " + script + " " + KESTREL_BINARY + " " + shared +
+                                  "/models/stories260K/stories260K.gguf 2>&1",
+                              out),
+            0)
+      << out;
+  EXPECT_NE(out.find("ended rc="), std::string::npos) << out;
+  EXPECT_EQ(out.find("ended rc=0"), std::string::npos) << out;
+  EXPECT_NE(out.find("rank 1"), std::string::npos) << out;
+}
+
 TEST(TensorParallel, WhatCannotSplitEndsEveryRankWithAMessage) {
   KESTREL_REQUIRE_SHARED(shared);
   const std::string prompt = "-p hello -o " + test::temp_path("tp-error.logits") + " -t 1";
