@@ -186,6 +186,13 @@ TEST(TensorParallel, ServeAnswersWhatOneProcessGenerates) {
     if (ep > 1) {
       EXPECT_NE(out.find("kestrel_expert_rank_tokens_total{rank=\"1\"}"), std::string::npos) << out;
     }
+    if (pp > 1) {  // stage 0 waits on stage 1 for part of every step, never for all of it
+      const size_t at = out.find("kestrel_pipeline_bubble_fraction ");
+      ASSERT_NE(at, std::string::npos) << out;
+      const double bubble = std::stod(out.substr(at + std::string("kestrel_pipeline_bubble_fraction ").size()));
+      EXPECT_GT(bubble, 0.05) << out;
+      EXPECT_LT(bubble, 0.95) << out;
+    }
     EXPECT_NE(out.find("kestrel_dist_messages_total"), std::string::npos) << out;
   }
 }

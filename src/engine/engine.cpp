@@ -211,7 +211,9 @@ std::vector<StepOutput> Engine::step() {
   if (plan.empty()) return outputs;
   ++steps_;
   if (relay_) relay_->send(plan);
+  const double forward_start_s = clock_.elapsed_s();
   std::vector<float> logits = runner_.run(plan);  // [plan.n_logits(), n_vocab]
+  forward_s_ += clock_.elapsed_s() - forward_start_s;
   peak_running_ = std::max(peak_running_, scheduler_.n_running());
   if (pages_.pool().n_in_use() > peak_blocks_used_) {
     peak_blocks_used_ = pages_.pool().n_in_use();
@@ -323,11 +325,13 @@ EngineStats Engine::stats() const {
   s.kv_blocks_free = pool.n_free();
   s.kv_tokens_used = kv_tokens_filled();
   s.expert_tokens = runner_.expert_tokens();
+  s.forward_seconds = forward_s_;
   if (const ProcessGroups* groups = model_.process_groups()) {
     s.tensor_parallel_ranks = groups->tp();
     s.pipeline_stages = groups->pp();
     s.expert_parallel_ranks = groups->ep();
     s.comm = groups->stats();
+    s.pipeline_wait_seconds = groups->pipeline->stats().seconds;
   }
   s.kv_bytes_per_token = static_cast<int64_t>(kv_.spec().bytes_per_token());
   s.kv_bytes = static_cast<int64_t>(kv_.spec().bytes());

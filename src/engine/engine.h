@@ -99,6 +99,8 @@ struct EngineStats {
   int32_t tensor_parallel_ranks = 1, pipeline_stages = 1, expert_parallel_ranks = 1;
   std::vector<int64_t> expert_tokens;  // [n_expert] (token, expert) pairs routed so far (mixtures of experts)
   CommStats comm;            // split: rank 0's messages so far (plans relayed, all-reduces, gathers, activations)
+  double forward_seconds = 0;        // wall time inside forward passes so far
+  double pipeline_wait_seconds = 0;  // of which rank 0 (the first stage) waited on later stages
 };
 
 class Engine {
@@ -163,6 +165,7 @@ class Engine {
   std::vector<StepOutput> cancelled_;                     // reported by the next step()
   int64_t next_request_ = 1, next_sequence_ = 1;
   int64_t prompt_tokens_ = 0, prompt_tokens_cached_ = 0, generated_tokens_ = 0, steps_ = 0;
+  double forward_s_ = 0;  // inside runner_.run
   int32_t peak_blocks_used_ = 0;
   size_t peak_running_ = 0;
   int64_t peak_unused_tokens_ = 0;

@@ -83,6 +83,7 @@ EngineStats combined(const std::vector<EngineStats>& replicas) {
     s.generated_tokens += o.generated_tokens;
     s.preemptions += o.preemptions;
     s.steps += o.steps;
+    s.forward_seconds += o.forward_seconds;
     for (size_t e = 0; e < std::min(s.expert_tokens.size(), o.expert_tokens.size()); ++e) s.expert_tokens[e] += o.expert_tokens[e];
   }
   return s;
@@ -149,6 +150,11 @@ std::string Metrics::render() const {
     gauge("kestrel_tensor_parallel_ranks", "Ranks each layer is split over (--tp).", engine.tensor_parallel_ranks);
     gauge("kestrel_pipeline_stages", "Stages the layers are split over (--pp).", engine.pipeline_stages);
     gauge("kestrel_expert_parallel_ranks", "Ranks the experts are split over (--ep).", engine.expert_parallel_ranks);
+    if (engine.pipeline_stages > 1)
+      gauge("kestrel_pipeline_bubble_fraction",
+            "Share of forward time the first pipeline stage spent waiting for the later ones (one batch in flight: "
+            "about (stages - 1) / stages).",
+            engine.forward_seconds > 0 ? engine.pipeline_wait_seconds / engine.forward_seconds : 0.0);
     counter("kestrel_dist_messages_total",
             "Messages rank 0 took part in (step plans relayed, all-reduces, logits gathers, activations between stages).",
             static_cast<double>(engine.comm.messages));
