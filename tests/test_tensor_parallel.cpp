@@ -59,11 +59,12 @@ bool splits_today(const std::string& model) {
 
 // Tensor parallel 2 and 4, pipeline parallel 2 and 4, and both (2 x 2), prefill and one token at a time;
 // mixtures of experts expert parallel 2 and 4 and over pipeline stages (2 x 2) instead of tensor parallel
-// (which refuses them, as it does latent attention).
+// (which refuses them, as it does latent attention); context parallel 2 and 4 (the 16-token prompts split
+// by position, K/V around the ring) but for latent attention.
 TEST(TensorParallel, ReferenceModelsGiveTheirLogitsSplitOverProcesses) {
   KESTREL_REQUIRE_SHARED(shared);
   const std::string out_file = test::temp_path("tp.logits"), single_file = test::temp_path("tp-single.logits");
-  int n_checked = 0, n_layers_only = 0, n_experts_split = 0;
+  int n_checked = 0, n_layers_only = 0, n_experts_split = 0, n_positions_split = 0;
   for (const Case& c : reference_cases(shared)) {
     const std::string name = std::filesystem::path(c.model).filename().string();
     SCOPED_TRACE(name);
@@ -74,28 +75,31 @@ TEST(TensorParallel, ReferenceModelsGiveTheirLogitsSplitOverProcesses) {
     const int n_layers = arch_number(c.model, "block_count");
     ASSERT_GT(n_layers, 0);
     const bool moe = arch_number(c.model, "expert_count") > 0;
+    const bool mla = name.find("deepseek") != std::string::npos;
     struct Split {
-      int tp, ep, pp;
+      int tp, ep, pp, cp;
     };
-    for (const Split& sp : {Split{2, 1, 1}, Split{4, 1, 1}, Split{1, 1, 2}, Split{1, 1, 4}, Split{2, 1, 2}, Split{1, 2, 1},
-                            Split{1, 4, 1}, Split{1, 2, 2}}) {
-      const int tp = sp.tp, ep = sp.ep, pp = sp.pp;
-      if ((tp > 1 && !splits_today(name)) || (ep > 1 && !moe) || pp > n_layers) continue;
+    for (const Split& sp : {Split{2, 1, 1, 1}, Split{4, 1, 1, 1}, Split{1, 1, 2, 1}, Split{1, 1, 4, 1}, Split{2, 1, 2, 1},
+                            Split{1, 2, 1, 1}, Split{1, 4, 1, 1}, Split{1, 2, 2, 1}, Split{1, 1, 1, 2}, Split{1, 1, 1, 4}}) {
+      const int tp = sp.tp, ep = sp.ep, pp = sp.pp, cp = sp.cp;
+      if ((tp > 1 && !splits_today(name)) || (ep > 1 && !moe) || pp > n_layers || (cp > 1 && mla)) continue;
       for (const char* mode : {"", " --one-by-one"}) {
-        const std::string split = "--tp " + std::to_string(tp) + " --ep " + std::to_string(ep) + " --pp " + std::to_string(pp);
+        if (cp > 1 && *mode) continue;  // one token at a time is never split by position
+        const std::string split = "--tp " + std::to_string(tp) + " --ep " + std::to_string(ep) + " --pp " + std::to_string(pp) +
+                                  " --cp " + std::to_string(cp);
         SCOPED_TRACE(split + mode);
         const std::string args = "logits -m " + c.model + " -f " + c.prompt_file + " -o " + out_file + " -t 1 " + split + mode;
         std::filesystem::remove(out_file);
-        ASSERT_EQ(test::run_command(test::mpirun_command(tp * ep * pp, kestrel_cmd(args)), out), 0) << out;
+        ASSERT_EQ(test::run_command(test::mpirun_command(tp * ep * pp * cp, kestrel_cmd(args)), out), 0) << out;
         const test::ReferenceLogits got = test::read_reference(out_file);
         ASSERT_EQ(got.tokens, ref.tokens);
         ASSERT_EQ(got.n_vocab, ref.n_vocab);
         const int n = static_cast<int>(ref.tokens.size());
         test::expect_within_tolerance(name, test::compare(ref.logits, got.logits, n, ref.n_vocab),
                                       "tp" + std::to_string(tp) + "ep" + std::to_string(ep) + "pp" + std::to_string(pp) +
-                                          (*mode ? " steps" : " prefill"));
+                                          "cp" + std::to_string(cp) + (*mode ? " steps" : " prefill"));
         const test::Comparison same = test::compare(single.logits, got.logits, n, ref.n_vocab);
-        if (tp == 1 && ep == 1) {
+        if (tp == 1 && ep == 1 && cp == 1) {
           // Stages run the same arithmetic as one process, layer after layer: a prefill is bit for bit the
           // same; one token at a time differs from the prefill as it does in one process.
           if (!*mode) EXPECT_EQ(same.max_abs, 0.0) << "against the single-process logits";
@@ -114,12 +118,14 @@ TEST(TensorParallel, ReferenceModelsGiveTheirLogitsSplitOverProcesses) {
         }
         ++n_checked;
         n_experts_split += ep > 1;
+        n_positions_split += cp > 1;
       }
     }
   }
   EXPECT_GE(n_checked, 10 * 8);
   EXPECT_GE(n_layers_only, 4 * 10);
   EXPECT_GE(n_experts_split, 2 * 3 * 2);
+  EXPECT_GE(n_positions_split, 2 * 10);
   std::filesystem::remove(out_file);
   std::filesystem::remove(single_file);
 }
@@ -138,6 +144,17 @@ TEST(TensorParallel, GenerateWritesWhatOneProcessWrites) {
       ASSERT_EQ(test::run_command(test::mpirun_command(tp * pp, kestrel_cmd(args + sampling + flags), false), split), 0);
       EXPECT_EQ(split, single) << flags;
     }
+  }
+  // Context parallel: a 60-odd-token prompt's prefill split over 2 and 4 ranks, then decode on the KV every
+  // rank got from the ring.
+  const std::string long_args = "generate -m " + shared + "/models/stories260K/stories260K.gguf -p 'Once upon a time, "
+                                "there was a little girl named Lily. She loved to play outside in the park with her "
+                                "friends. One day, she saw a big red ball' -n 32 -t 1 --temp 0";
+  std::string single, split;
+  ASSERT_EQ(test::run_command(kestrel_cmd(long_args + " 2>/dev/null"), single), 0);
+  for (int cp : {2, 4}) {
+    ASSERT_EQ(test::run_command(test::mpirun_command(cp, kestrel_cmd(long_args + " --cp " + std::to_string(cp)), false), split), 0);
+    EXPECT_EQ(split, single) << "--cp " << cp;
   }
 }
 
@@ -158,24 +175,26 @@ TEST(TensorParallel, BenchPrintsOneTableFromRankZero) {
 // kestrel serve --tp / --pp: rank 0 serves HTTP and relays each step plan to the other ranks. Greedy
 // completions, one at a time and 6 in one batch, are the one-process generate text: tensor parallel over 2
 // ranks with F16 KV pages and over 4 with q8_0 pages (whose key centers are a collective forward at
-// start), pipeline over 2 stages, both (2 x 2), and a mixture of experts expert parallel over 2 (its
-// expert load per rank in /metrics).
+// start), pipeline over 2 stages, both (2 x 2), a mixture of experts expert parallel over 2 (its expert
+// load per rank in /metrics), and context parallel over 2 (batched prompts split by position).
 TEST(TensorParallel, ServeAnswersWhatOneProcessGenerates) {
   KESTREL_REQUIRE_SHARED(shared);
   const std::string stories = shared + "/models/stories260K/stories260K.gguf", moe = shared + "/reference/syn-qwen3moe-f32.gguf";
   const std::string script = std::string(KESTREL_SOURCE_DIR) + "/tests/scripts/serve_equals_generate.sh";
   struct Split {
-    int tp, ep, pp;
+    int tp, ep, pp, cp;
     const char* kv;
     const std::string& model;
   };
-  for (const Split& sp : {Split{2, 1, 1, "", stories}, Split{4, 1, 1, " -ctk q8_0 -ctv q8_0", stories}, Split{1, 1, 2, "", stories},
-                          Split{2, 1, 2, " -ctk q8_0 -ctv q8_0", stories}, Split{1, 2, 1, "", moe}}) {
-    const int tp = sp.tp, ep = sp.ep, pp = sp.pp;
+  for (const Split& sp : {Split{2, 1, 1, 1, "", stories}, Split{4, 1, 1, 1, " -ctk q8_0 -ctv q8_0", stories},
+                          Split{1, 1, 2, 1, "", stories}, Split{2, 1, 2, 1, " -ctk q8_0 -ctv q8_0", stories},
+                          Split{1, 2, 1, 1, "", moe}, Split{1, 1, 1, 2, "", stories}}) {
+    const int tp = sp.tp, ep = sp.ep, pp = sp.pp, cp = sp.cp;
     const std::string kv = sp.kv, model = sp.model,
-                      flags = "--tp " + std::to_string(tp) + " --ep " + std::to_string(ep) + " --pp " + std::to_string(pp);
+                      flags = "--tp " + std::to_string(tp) + " --ep " + std::to_string(ep) + " --pp " + std::to_string(pp) +
+                              " --cp " + std::to_string(cp);
     SCOPED_TRACE(flags + kv + " " + model);
-    const std::string env = std::string(kMpiAsRoot) + " KESTREL_LAUNCHER='" + test::mpirun_launcher(tp * ep * pp, 300) +
+    const std::string env = std::string(kMpiAsRoot) + " KESTREL_LAUNCHER='" + test::mpirun_launcher(tp * ep * pp * cp, 300) +
                             "' SERVE_ARGS='" + flags + " -t 1' ";
     std::string out;
     EXPECT_EQ(test::run_command(env + "bash " + script + " " + KESTREL_BINARY + " " + model + kv + " 2>&1", out), 0) << out;
@@ -183,6 +202,7 @@ TEST(TensorParallel, ServeAnswersWhatOneProcessGenerates) {
     EXPECT_NE(out.find("kestrel_tensor_parallel_ranks " + std::to_string(tp)), std::string::npos) << out;
     EXPECT_NE(out.find("kestrel_pipeline_stages " + std::to_string(pp)), std::string::npos) << out;
     EXPECT_NE(out.find("kestrel_expert_parallel_ranks " + std::to_string(ep)), std::string::npos) << out;
+    EXPECT_NE(out.find("kestrel_context_parallel_ranks " + std::to_string(cp)), std::string::npos) << out;
     if (ep > 1) {
       EXPECT_NE(out.find("kestrel_expert_rank_tokens_total{rank=\"1\"}"), std::string::npos) << out;
     }
@@ -254,12 +274,21 @@ TEST(TensorParallel, WhatCannotSplitEndsEveryRankWithAMessage) {
   status = test::run_command(test::mpirun_command(2, kestrel_cmd("logits -m " + f32 + "--tp 4 " + prompt)), out);
   EXPECT_NE(status, 0);
   EXPECT_NE(status, 124) << out;
-  EXPECT_NE(out.find("launched as 2 processes, but --tp 4 x --ep 1 x --pp 1 needs 4"), std::string::npos) << out;
+  EXPECT_NE(out.find("launched as 2 processes, but --tp 4 x --ep 1 x --pp 1 x --cp 1 needs 4"), std::string::npos) << out;
   // expert parallelism on a dense model
   status = test::run_command(test::mpirun_command(2, kestrel_cmd("logits -m " + shared + "/reference/syn-llama-gqa-f32.gguf --ep 2 " + prompt)), out);
   EXPECT_NE(status, 0);
   EXPECT_NE(status, 124) << out;
   EXPECT_NE(out.find("expert parallelism (--ep) needs a mixture-of-experts model"), std::string::npos) << out;
+  // context parallelism with latent attention, and combined with tensor parallelism
+  status = test::run_command(test::mpirun_command(2, kestrel_cmd("logits -m " + shared + "/reference/syn-deepseek2-mla-f32.gguf --cp 2 " + prompt)), out);
+  EXPECT_NE(status, 0);
+  EXPECT_NE(status, 124) << out;
+  EXPECT_NE(out.find("context parallelism (--cp) does not run latent attention"), std::string::npos) << out;
+  status = test::run_command(test::mpirun_command(4, kestrel_cmd("logits -m " + f32 + "--cp 2 --tp 2 " + prompt)), out);
+  EXPECT_NE(status, 0);
+  EXPECT_NE(status, 124) << out;
+  EXPECT_NE(out.find("--cp does not combine with --tp, --ep or --pp yet"), std::string::npos) << out;
   // more stages than layers (the MHA model has 3)
   status = test::run_command(test::mpirun_command(4, kestrel_cmd("logits -m " + shared + "/reference/syn-llama-mha-f32.gguf --pp 4 " + prompt)), out);
   EXPECT_NE(status, 0);

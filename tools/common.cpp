@@ -131,6 +131,9 @@ void add_parallel_options(CLI::App* cmd, ParallelArgs& p) {
       ->check(CLI::Range(1, 4096));
   cmd->add_option("--ep", p.ep, "Expert-parallel ranks (mixtures of experts: each holds and runs a share of the experts)")
       ->check(CLI::Range(1, 4096));
+  cmd->add_option("--cp", p.cp, "Context-parallel ranks: a long prompt's positions split over them, K/V passed around a "
+                                "ring; every rank keeps the whole KV cache and decodes")
+      ->check(CLI::Range(1, 4096));
 }
 
 std::unique_ptr<ProcessGroups> launch_processes(const ParallelArgs& p, bool speculative) {
@@ -139,16 +142,20 @@ std::unique_ptr<ProcessGroups> launch_processes(const ParallelArgs& p, bool spec
     std::fprintf(stderr, "error: %s\n", world.error().c_str());
     return nullptr;
   }
-  const int size = (*world)->size(), want = p.tp * p.ep * p.pp;
-  const std::string flags = "--tp " + std::to_string(p.tp) + " x --ep " + std::to_string(p.ep) + " x --pp " + std::to_string(p.pp);
+  const int size = (*world)->size(), want = p.tp * p.ep * p.pp * p.cp;
+  const std::string flags = "--tp " + std::to_string(p.tp) + " x --ep " + std::to_string(p.ep) + " x --pp " +
+                            std::to_string(p.pp) + " x --cp " + std::to_string(p.cp);
   if (size == 1 && want > 1) {
     std::fprintf(stderr, "error: %s needs %d processes: run under mpirun -np %d\n", flags.c_str(), want, want);
     return nullptr;
   }
-  if (size != want)
-    (*world)->abort("error: launched as " + std::to_string(size) + " processes, but " + flags + " needs " + std::to_string(want), 1);
-  auto groups = make_process_groups(std::move(world).value(), p.tp, p.pp, p.ep);
-  if (!groups.ok()) {  // not reached: the sizes agree
+  if (Status s = check_process_grid(size, p.tp, p.pp, p.ep, p.cp); !s.ok()) {
+    if (size > 1) (*world)->abort("error: " + s.error(), 1);  // every rank alike
+    std::fprintf(stderr, "error: %s\n", s.error().c_str());
+    return nullptr;
+  }
+  auto groups = make_process_groups(std::move(world).value(), p.tp, p.pp, p.ep, p.cp);
+  if (!groups.ok()) {  // not reached: the grid was checked
     std::fprintf(stderr, "error: %s\n", groups.error().c_str());
     return nullptr;
   }

@@ -40,13 +40,14 @@ std::unique_ptr<Model> load_draft_model(const std::string& path, const Model& ta
 // Loads a model, drawing a progress bar on stderr when it is a terminal; prints the error and returns null.
 // Split over several processes, loads this rank's share, and a failure ends every rank.
 std::unique_ptr<Model> load_model(const std::string& path, bool quiet = false, const ProcessGroups* parallel = nullptr);
-// --tp T --ep E --pp P: the model split over T x E x P processes of `mpirun -np T*E*P` (dist/process_groups.h).
+// --tp T --ep E --pp P: the model split over T x E x P processes of `mpirun -np T*E*P`, or --cp C: long
+// prompts split by position over C processes (dist/process_groups.h).
 struct ParallelArgs {
-  int tp = 1, pp = 1, ep = 1;
+  int tp = 1, pp = 1, ep = 1, cp = 1;
 };
 void add_parallel_options(CLI::App* cmd, ParallelArgs& p);
 // The processes for --tp / --pp: MPI's world when launched by mpirun (its size must be tp x pp), else one
-// local process (tp x ep x pp must be 1). Prints the error and returns null, or ends every rank with a message;
+// local process (tp x ep x pp x cp must be 1). Prints the error and returns null, or ends every rank with a message;
 // so does speculative (a draft model or n-gram drafts asked for) over more than one process.
 std::unique_ptr<ProcessGroups> launch_processes(const ParallelArgs& p, bool speculative);
 // A progress callback that draws "label [#####     ] 42%" on a terminal, and nothing otherwise.

@@ -28,6 +28,10 @@ class LocalCommunicator final : public Communicator {
   void barrier() override {}
   void send(const void*, size_t, int dest) override { abort("send to rank " + std::to_string(dest) + " of a one-process run", 1); }
   void recv(void*, size_t, int source) override { abort("receive from rank " + std::to_string(source) + " of a one-process run", 1); }
+  void send_recv(const void* send_data, size_t send_bytes, int dest, void* recv_data, size_t recv_bytes, int source) override {
+    if (dest != 0 || source != 0 || send_bytes != recv_bytes) abort("send_recv beyond rank 0 of a one-process run", 1);
+    if (recv_data != send_data) std::memmove(recv_data, send_data, send_bytes);
+  }
   std::unique_ptr<Communicator> split(int, int) override { return std::make_unique<LocalCommunicator>(); }
   [[noreturn]] void abort(const std::string& why, int code) override {
     std::fprintf(stderr, "kestrel: %s\n", why.c_str());

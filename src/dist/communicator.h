@@ -43,6 +43,10 @@ class Communicator {
   // Point to point: data[bytes] to rank dest, which must receive it with recv(data, bytes, this rank).
   virtual void send(const void* data, size_t bytes, int dest) = 0;
   virtual void recv(void* data, size_t bytes, int source) = 0;
+  // Both at once (no deadlock when every rank of a ring sends and receives): send_data[send_bytes] to dest,
+  // recv_data[recv_bytes] from source.
+  virtual void send_recv(const void* send_data, size_t send_bytes, int dest, void* recv_data, size_t recv_bytes,
+                         int source) = 0;
   // A communicator over the ranks that pass the same color, ranked by key (then by rank here); every rank
   // calls it. The result must be destroyed before this one.
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;

@@ -90,6 +90,12 @@ class MpiCommunicator final : public Communicator {
       done += static_cast<size_t>(count);
     }
   }
+  void send_recv(const void* send_data, size_t send_bytes, int dest, void* recv_data, size_t recv_bytes, int source) override {
+    if (send_bytes > kMaxCount || recv_bytes > kMaxCount) abort("send_recv of more than MPI's int count", 1);
+    Timed t(*this, send_bytes);
+    MPI_Sendrecv(send_data, static_cast<int>(send_bytes), MPI_BYTE, dest, kPointToPointTag, recv_data,
+                 static_cast<int>(recv_bytes), MPI_BYTE, source, kPointToPointTag, comm_, MPI_STATUS_IGNORE);
+  }
   std::unique_ptr<Communicator> split(int color, int key) override {
     MPI_Comm part;
     MPI_Comm_split(comm_, color, key, &part);

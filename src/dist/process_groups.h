@@ -17,13 +17,15 @@ struct ProcessGroups {
   std::unique_ptr<Communicator> tensor;    // [tp] this stage's ranks, by tensor rank
   std::unique_ptr<Communicator> pipeline;  // [pp] one rank per stage, by stage
   std::unique_ptr<Communicator> expert;    // [ep] this stage's expert shares, by expert rank
+  std::unique_ptr<Communicator> context;   // [cp] context parallel: every rank (it runs alone yet), by rank
 
   int tp() const { return tensor->size(); }
   int ep() const { return expert->size(); }
+  int cp() const { return context->size(); }
   int pp() const { return pipeline->size(); }
   int stage() const { return pipeline->rank(); }
   bool split() const { return world->size() > 1; }
-  // What this rank has sent and waited for over all four.
+  // What this rank has sent and waited for over all of them.
   CommStats stats() const;
   void reset_stats();
   // "tp 2", "pp 2", "tp 2 x pp 2", "ep 2", ... ("" for one process).
@@ -35,7 +37,10 @@ struct ProcessGroups {
   ProcessGroups& operator=(ProcessGroups&&) = default;
 };
 
-// Splits world (whose size must be tp x ep x pp) into the grid; an error names the numbers otherwise.
-Result<ProcessGroups> make_process_groups(std::unique_ptr<Communicator> world, int tp, int pp, int ep = 1);
+// Whether `size` processes make a tp x ep x pp x cp grid (context parallelism, cp > 1, does not combine
+// with the others yet); the error names the numbers.
+Status check_process_grid(int size, int tp, int pp, int ep, int cp);
+// Splits world into the grid (check_process_grid first: on an error the world is gone with it).
+Result<ProcessGroups> make_process_groups(std::unique_ptr<Communicator> world, int tp, int pp, int ep = 1, int cp = 1);
 
 }  // namespace kestrel

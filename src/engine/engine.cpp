@@ -60,6 +60,11 @@ Engine::Engine(const Model& model, ThreadPool& pool, const EngineConfig& config,
 
 Engine::~Engine() = default;
 
+double Engine::pipeline_wait_s() const {
+  const ProcessGroups* groups = model_.process_groups();
+  return groups ? groups->pipeline->stats().seconds : 0.0;
+}
+
 Engine::Choice Engine::make_choice(int64_t request_id, int32_t index, std::shared_ptr<const Request> request,
                                    SamplingParams params, bool forks_pending) const {
   SamplingParams draft_params = params;
@@ -211,9 +216,10 @@ std::vector<StepOutput> Engine::step() {
   if (plan.empty()) return outputs;
   ++steps_;
   if (relay_) relay_->send(plan);
-  const double forward_start_s = clock_.elapsed_s();
+  const double forward_start_s = clock_.elapsed_s(), waited_before_s = pipeline_wait_s();
   std::vector<float> logits = runner_.run(plan);  // [plan.n_logits(), n_vocab]
   forward_s_ += clock_.elapsed_s() - forward_start_s;
+  step_pipeline_wait_s_ += pipeline_wait_s() - waited_before_s;
   peak_running_ = std::max(peak_running_, scheduler_.n_running());
   if (pages_.pool().n_in_use() > peak_blocks_used_) {
     peak_blocks_used_ = pages_.pool().n_in_use();
@@ -330,8 +336,9 @@ EngineStats Engine::stats() const {
     s.tensor_parallel_ranks = groups->tp();
     s.pipeline_stages = groups->pp();
     s.expert_parallel_ranks = groups->ep();
+    s.context_parallel_ranks = groups->cp();
     s.comm = groups->stats();
-    s.pipeline_wait_seconds = groups->pipeline->stats().seconds;
+    s.pipeline_wait_seconds = step_pipeline_wait_s_;
   }
   s.kv_bytes_per_token = static_cast<int64_t>(kv_.spec().bytes_per_token());
   s.kv_bytes = static_cast<int64_t>(kv_.spec().bytes());

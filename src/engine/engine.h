@@ -96,7 +96,7 @@ struct EngineStats {
   int64_t preemptions = 0, steps = 0;
   bool speculative = false;  // speculation configured
   SpecStats spec;            // drafted and accepted tokens, by draft position
-  int32_t tensor_parallel_ranks = 1, pipeline_stages = 1, expert_parallel_ranks = 1;
+  int32_t tensor_parallel_ranks = 1, pipeline_stages = 1, expert_parallel_ranks = 1, context_parallel_ranks = 1;
   std::vector<int64_t> expert_tokens;  // [n_expert] (token, expert) pairs routed so far (mixtures of experts)
   CommStats comm;            // split: rank 0's messages so far (plans relayed, all-reduces, gathers, activations)
   double forward_seconds = 0;        // wall time inside forward passes so far
@@ -145,7 +145,8 @@ class Engine {
   // logits: [n_vocab] raw, read only when the request asks for logprobs.
   GeneratedToken with_logprobs(const Choice& choice, int32_t token, const float* logits) const;
   void end_sequence(int64_t seq_id);
-  int64_t kv_tokens_filled() const;  // positions of in-use blocks holding a token (shared blocks once)
+  int64_t kv_tokens_filled() const;
+  double pipeline_wait_s() const;  // time inside pipeline messages so far (0 unless split)  // positions of in-use blocks holding a token (shared blocks once)
 
   const Model& model_;
   EngineConfig config_;
@@ -154,7 +155,7 @@ class Engine {
   KvStorage kv_;     // the pages' K/V
   Scheduler scheduler_;
   ModelRunner runner_;
-  std::unique_ptr<class StepPlanRelay> relay_;  // tensor parallel: sends each plan to the other ranks
+  std::unique_ptr<class StepPlanRelay> relay_;  // split over processes: sends each plan to the other ranks
   std::unique_ptr<class ModelDrafter> drafter_;  // the draft model's side, when speculating with one
   bool speculative_;
   SpecStats spec_stats_;
@@ -165,7 +166,8 @@ class Engine {
   std::vector<StepOutput> cancelled_;                     // reported by the next step()
   int64_t next_request_ = 1, next_sequence_ = 1;
   int64_t prompt_tokens_ = 0, prompt_tokens_cached_ = 0, generated_tokens_ = 0, steps_ = 0;
-  double forward_s_ = 0;  // inside runner_.run
+  double forward_s_ = 0;             // inside runner_.run
+  double step_pipeline_wait_s_ = 0;  // of which inside pipeline messages
   int32_t peak_blocks_used_ = 0;
   size_t peak_running_ = 0;
   int64_t peak_unused_tokens_ = 0;

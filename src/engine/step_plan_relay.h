@@ -1,11 +1,12 @@
-// Serving over tensor-parallel ranks (issue 16): rank 0 holds the HTTP server, the tokenizer and the
-// scheduler; the other ranks (followers) hold only their shard of the weights and of the KV cache. Every
-// step, rank 0 sends the step's self-contained plan (engine/step_plan.h: tokens, positions, page tables,
-// page copies) to the followers and all ranks run it together, the forward pass's collectives joining
-// them; each rank's KV pages have the same ids, so one scheduler places every rank's KV.
+// Serving split over processes (issue 16: tensor, pipeline, expert parallel): rank 0 holds the HTTP server,
+// the tokenizer and the scheduler; the other ranks (followers) hold only their share of the weights and of
+// the KV cache. Every step, rank 0 sends the step's self-contained plan (engine/step_plan.h: tokens,
+// positions, page tables, page copies) to the followers and all ranks run it together, the forward pass's
+// own messages joining them; each rank's KV pages have the same ids, so one scheduler places every rank's
+// KV. Followers trust the plan's ids (rank 0 runs the same binary and checked the request).
 //
 // Contract: rank 0 makes a StepPlanRelay (through the Engine, when its model is split over more than one
-// rank) and each other rank calls follow_step_plans with a ModelRunner over the same number of pages. Every
+// process) and each other rank calls follow_step_plans with a ModelRunner over the same number of pages. Every
 // plan rank 0 runs goes through send() first. Destroying the relay tells the followers to stop.
 #pragma once
 #include <cstdint>

@@ -50,7 +50,7 @@ float* widen_rows(const float* rows, int n_tok, int n, int n_wide, int begin, fl
 
 void attention(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const LayerShape& shape, const ArchTraits& arch,
                const LayerWeights& L, const ops::RopeTable& rope, const ModelInput& batch, const KvLayerView& kv,
-               const ops::MatmulInput& in, float* out, ForwardWorkspace& ws) {
+               const ops::MatmulInput& in, float* out, ForwardWorkspace& ws, const KvRowsHook& before_attending) {
   const int n_tok = batch.n_tokens();
   const int hd = hp.head_dim, Dq = shape.n_heads * hd, Dkv = shape.n_kv_heads * hd;
   using Buffer = ForwardWorkspace::Buffer;
@@ -73,6 +73,7 @@ void attention(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, con
     ops::rmsnorm(k, floats(L.k_norm), k, n_tok * shape.n_kv_heads, hd, hp.rms_eps);
   }
   ops::rope(q, rope, shape.n_heads, hd, arch.rope_style);
+  if (before_attending) before_attending(k, v);
   const AttentionRows rows{batch.positions, batch.block_tables};
   const ops::KvWrite write{k, v, &rope, arch.rope_style};  // K rotated as it is written
   ops::attention_paged(pool, q, kv, rows, attn, n_tok, shape.n_heads, 1.0f / std::sqrt(float(hd)), &write);

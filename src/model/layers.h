@@ -2,6 +2,8 @@
 // output to `out`, the residual stream (its last projection stores into it as the GEMM threads finish their
 // rows, so no separate residual pass runs).
 #pragma once
+#include <functional>
+
 #include "compute/ops.h"
 #include "model/arch.h"
 #include "model/model_input.h"
@@ -15,10 +17,13 @@ namespace kestrel::layers {
 // Self-attention with GQA, optional q/k/v bias and per-head q/k norm, RoPE, paged KV, with the layer's
 // heads (`shape`; kv holds shape.n_kv_heads). in: [n_tok, n_embd] rows with the block's norm (applied as
 // the q/k/v projections quantize them) -> out: [n_tok, n_embd] += the block's output. Scratch: ws's Q, K,
-// V and AttnOut buffers.
+// V and AttnOut buffers. before_attending (optional) gets the batch's K rows (before RoPE) and V rows,
+// [n_tok, n_kv_heads, head_dim] each, after they are computed and before any query attends: context
+// parallelism stores the other ranks' rows into kv there.
+using KvRowsHook = std::function<void(const float* k, const float* v)>;
 void attention(ThreadPool& pool, const PackedWeights& pw, const HParams& hp, const LayerShape& shape, const ArchTraits& arch,
                const LayerWeights& L, const ops::RopeTable& rope, const ModelInput& batch, const KvLayerView& kv,
-               const ops::MatmulInput& in, float* out, ForwardWorkspace& ws);
+               const ops::MatmulInput& in, float* out, ForwardWorkspace& ws, const KvRowsHook& before_attending = {});
 
 // Multi-head latent attention (DeepSeek-V2), computed in latent space: each head's q_nope is absorbed by
 // k_b into a kv_lora_rank-wide query, so attention runs over the cached [latent | rope key] rows directly

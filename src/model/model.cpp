@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/activation_observer.h"
+#include "model/context_parallel.h"
 #include "model/layers.h"
 #include "quant/quantize.h"
 
@@ -95,6 +96,10 @@ Result<std::unique_ptr<Model>> Model::from_file(GgufFile file, const ProcessGrou
       m->layer_end_ = (stage + 1) * n_layers / pp;
       m->pp_ = parallel->pipeline.get();
     }
+    if (parallel->cp() > 1) {
+      if (arch->latent_attention) return Error{"context parallelism (--cp) does not run latent attention (MLA) models yet"};
+      m->cp_ = parallel->context.get();
+    }
     if (parallel->ep() > 1) {
       const int ep = parallel->ep(), n_expert = m->hparams_.n_expert;
       if (n_expert == 0) return Error{"expert parallelism (--ep) needs a mixture-of-experts model; this one is dense"};
@@ -167,6 +172,7 @@ void Model::forward(ThreadPool& pool, const ModelInput& batch, KvStorage& kv, fl
   using Buffer = ForwardWorkspace::Buffer;
   const HParams& hp = hparams_;
   const int n_tok = batch.n_tokens(), E = hp.n_embd;
+  if (cp_ && splits_by_context(n_tok, cp_->size())) return forward_context_parallel(pool, batch, kv, logits, ws);
   const size_t n_act = static_cast<size_t>(n_tok) * E;
   float* x = ws.get(Buffer::Residual, n_act);  // [n_tok, n_embd] residual stream: each block adds its output
   const int stage = pp_ ? pp_->rank() : 0, last_stage = pp_ ? pp_->size() - 1 : 0;

@@ -33,8 +33,10 @@ class Model {
   // parallel: split over more than one process, this one holds only its share: its pipeline stage's
   // layers (an even share of them, in order) and, within them, its tensor rank's heads, channels and
   // vocabulary rows (model/tensor_parallel_shard.h) and its expert rank's experts (expert_share: it
-  // routes every token, runs its experts, and the expert group sums the outputs). Every forward pass is then a collective over the
-  // groups: each rank must run the same batches in the same order (the groups must outlive the model).
+  // routes every token, runs its experts, and the expert group sums the outputs). Context parallel ranks
+  // hold every weight and split long batches by position (model/context_parallel.h). Every forward pass is
+  // then a collective over the groups: each rank must run the same batches in the same order (the groups
+  // must outlive the model).
   static Result<std::unique_ptr<Model>> load(const std::string& path, const std::function<void(double)>& progress = {},
                                              bool repack = true, const ProcessGroups* parallel = nullptr);
   static Result<std::unique_ptr<Model>> from_file(GgufFile file, const ProcessGroups* parallel = nullptr);
@@ -59,8 +61,9 @@ class Model {
 
   // Runs the batch through every layer, writing each token's K/V into its slot in `kv` and the logits of
   // batch.logits_rows into logits: [logits_rows.size(), n_vocab] (the whole vocabulary on every rank: a
-  // pipeline's later stages get their input from the stage before, and the last one's logits go to all). Positions must be < the block tables'
-  // capacity, and each token's earlier positions must already be in the cache (or in this batch, earlier).
+  // pipeline's later stages get their input from the stage before, and the last one's logits go to all).
+  // Positions must be < the block tables' capacity, and each token's earlier positions must already be in
+  // the cache (or in this batch, earlier).
   // ws holds the activation buffers from one call to the next (see ForwardWorkspace); the overload without
   // it makes a fresh one per call.
   void forward(ThreadPool& pool, const ModelInput& batch, KvStorage& kv, float* logits, ForwardWorkspace& ws) const;
@@ -68,6 +71,9 @@ class Model {
 
  private:
   Model() = default;
+  // A batch split by position over the context-parallel ranks (model/context_parallel.h).
+  void forward_context_parallel(ThreadPool& pool, const ModelInput& batch, KvStorage& kv, float* logits,
+                                ForwardWorkspace& ws) const;
   void gather_logits(ThreadPool& pool, const WeightMatrix& output, const float* last, int n_out, float* logits,
                      ForwardWorkspace& ws) const;
   GgufFile file_;
@@ -79,6 +85,7 @@ class Model {
   Communicator* tp_ = nullptr;                       // set when tensor parallel over more than one rank
   Communicator* pp_ = nullptr;                       // set when pipeline parallel over more than one stage
   Communicator* ep_ = nullptr;                       // set when expert parallel over more than one rank
+  Communicator* cp_ = nullptr;                       // set when context parallel over more than one rank
   int layer_begin_ = 0, layer_end_ = 0;              // this rank's layers
   int expert_begin_ = 0, expert_end_ = 0;            // this rank's routed experts
   std::unique_ptr<TensorParallelShard> tp_shard_;    // this rank's views and copies, weights_ points into them

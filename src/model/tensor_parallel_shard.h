@@ -28,8 +28,9 @@ struct TensorParallelShard {
 };
 
 // Rank `rank` of n_ranks, holding weights for layers [layer_begin, layer_end) only (a pipeline stage's; the
-// other layers keep their split shapes and no weights). Fails for what tensor parallelism does not split yet (latent attention, mixtures
-// of experts, int8 W8A8 matrices) and for shapes the plan rejects, naming them.
+// other layers keep their split shapes and no weights). Fails for what tensor parallelism does not split
+// yet (latent attention, mixtures of experts, int8 W8A8 matrices) and for shapes the plan rejects, naming
+// them.
 Result<std::unique_ptr<TensorParallelShard>> shard_for_tensor_parallel(const ModelWeights& weights, const HParams& hp,
                                                                        const ArchTraits& arch, int n_ranks, int rank,
                                                                        int layer_begin, int layer_end);

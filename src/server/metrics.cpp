@@ -146,10 +146,13 @@ std::string Metrics::render() const {
       out += "kestrel_expert_rank_tokens_total{rank=\"" + std::to_string(r) + "\"} " + std::to_string(n) + "\n";
     }
   }
-  if (engine.tensor_parallel_ranks > 1 || engine.pipeline_stages > 1 || engine.expert_parallel_ranks > 1) {
+  if (engine.tensor_parallel_ranks > 1 || engine.pipeline_stages > 1 || engine.expert_parallel_ranks > 1 ||
+      engine.context_parallel_ranks > 1) {
     gauge("kestrel_tensor_parallel_ranks", "Ranks each layer is split over (--tp).", engine.tensor_parallel_ranks);
     gauge("kestrel_pipeline_stages", "Stages the layers are split over (--pp).", engine.pipeline_stages);
     gauge("kestrel_expert_parallel_ranks", "Ranks the experts are split over (--ep).", engine.expert_parallel_ranks);
+    gauge("kestrel_context_parallel_ranks", "Ranks long batches are split over by position (--cp).",
+          engine.context_parallel_ranks);
     if (engine.pipeline_stages > 1)
       gauge("kestrel_pipeline_bubble_fraction",
             "Share of forward time the first pipeline stage spent waiting for the later ones (one batch in flight: "
