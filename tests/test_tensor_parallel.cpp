@@ -256,45 +256,34 @@ TEST(TensorParallel, KillingAServingRankEndsTheJob) {
 
 TEST(TensorParallel, WhatCannotSplitEndsEveryRankWithAMessage) {
   KESTREL_REQUIRE_SHARED(shared);
-  const std::string prompt = "-p hello -o " + test::temp_path("tp-error.logits") + " -t 1";
-  std::string out;
-  // a mixture of experts: every rank fails to load, the job ends (124 would be a hang)
-  int status = test::run_command(test::mpirun_command(2, kestrel_cmd("logits -m " + shared + "/reference/syn-mixtral-f32.gguf --tp 2 " + prompt)), out);
-  EXPECT_NE(status, 0);
-  EXPECT_NE(status, 124) << out;
-  EXPECT_NE(out.find("does not split mixture-of-experts models"), std::string::npos) << out;
+  const std::string prompt = " -p hello -o " + test::temp_path("tp-error.logits") + " -t 1";
+  const std::string reference = shared + "/reference/";
+  // `logits -m MODEL FLAGS` over n processes fails, names the problem, and does not hang (124).
+  auto expect_refused = [&](int n, const std::string& model, const std::string& flags, const std::string& message) {
+    SCOPED_TRACE(model + " " + flags);
+    std::string out;
+    const int status = test::run_command(test::mpirun_command(n, kestrel_cmd("logits -m " + reference + model + " " + flags + prompt)), out);
+    EXPECT_NE(status, 0);
+    EXPECT_NE(status, 124) << out;
+    EXPECT_NE(out.find(message), std::string::npos) << out;
+  };
+  // a mixture of experts: every rank fails to load, the job ends
+  expect_refused(2, "syn-mixtral-f32.gguf", "--tp 2", "does not split mixture-of-experts models");
   // KV heads that neither split over the ranks nor divide them (8 heads, 2 KV heads, 4 ranks would; the
   // f32 GQA model over 3 ranks: 8 heads do not)
-  status = test::run_command(test::mpirun_command(3, kestrel_cmd("logits -m " + shared + "/reference/syn-llama-gqa-f32.gguf --tp 3 " + prompt)), out);
-  EXPECT_NE(status, 0);
-  EXPECT_NE(status, 124) << out;
-  EXPECT_NE(out.find("8 attention heads do not split over 3"), std::string::npos) << out;
-  // --tp and the number of processes disagree; --tp without mpirun
-  const std::string f32 = shared + "/reference/syn-llama-gqa-f32.gguf ";
-  status = test::run_command(test::mpirun_command(2, kestrel_cmd("logits -m " + f32 + "--tp 4 " + prompt)), out);
-  EXPECT_NE(status, 0);
-  EXPECT_NE(status, 124) << out;
-  EXPECT_NE(out.find("launched as 2 processes, but --tp 4 x --ep 1 x --pp 1 x --cp 1 needs 4"), std::string::npos) << out;
+  expect_refused(3, "syn-llama-gqa-f32.gguf", "--tp 3", "8 attention heads do not split over 3");
+  // the flags and the number of processes disagree
+  expect_refused(2, "syn-llama-gqa-f32.gguf", "--tp 4", "launched as 2 processes, but --tp 4 x --ep 1 x --pp 1 x --cp 1 needs 4");
   // expert parallelism on a dense model
-  status = test::run_command(test::mpirun_command(2, kestrel_cmd("logits -m " + shared + "/reference/syn-llama-gqa-f32.gguf --ep 2 " + prompt)), out);
-  EXPECT_NE(status, 0);
-  EXPECT_NE(status, 124) << out;
-  EXPECT_NE(out.find("expert parallelism (--ep) needs a mixture-of-experts model"), std::string::npos) << out;
+  expect_refused(2, "syn-llama-gqa-f32.gguf", "--ep 2", "expert parallelism (--ep) needs a mixture-of-experts model");
   // context parallelism with latent attention, and combined with tensor parallelism
-  status = test::run_command(test::mpirun_command(2, kestrel_cmd("logits -m " + shared + "/reference/syn-deepseek2-mla-f32.gguf --cp 2 " + prompt)), out);
-  EXPECT_NE(status, 0);
-  EXPECT_NE(status, 124) << out;
-  EXPECT_NE(out.find("context parallelism (--cp) does not run latent attention"), std::string::npos) << out;
-  status = test::run_command(test::mpirun_command(4, kestrel_cmd("logits -m " + f32 + "--cp 2 --tp 2 " + prompt)), out);
-  EXPECT_NE(status, 0);
-  EXPECT_NE(status, 124) << out;
-  EXPECT_NE(out.find("--cp does not combine with --tp, --ep or --pp yet"), std::string::npos) << out;
+  expect_refused(2, "syn-deepseek2-mla-f32.gguf", "--cp 2", "context parallelism (--cp) does not run latent attention");
+  expect_refused(4, "syn-llama-gqa-f32.gguf", "--cp 2 --tp 2", "--cp does not combine with --tp, --ep or --pp yet");
   // more stages than layers (the MHA model has 3)
-  status = test::run_command(test::mpirun_command(4, kestrel_cmd("logits -m " + shared + "/reference/syn-llama-mha-f32.gguf --pp 4 " + prompt)), out);
-  EXPECT_NE(status, 0);
-  EXPECT_NE(status, 124) << out;
-  EXPECT_NE(out.find("pipeline parallelism over 4 stages needs at least as many layers (the model has 3)"), std::string::npos) << out;
-  EXPECT_NE(test::run_command(kestrel_cmd("logits -m " + f32 + "--tp 2 " + prompt + " 2>&1"), out), 0);
+  expect_refused(4, "syn-llama-mha-f32.gguf", "--pp 4", "pipeline parallelism over 4 stages needs at least as many layers (the model has 3)");
+  // --tp without mpirun
+  std::string out;
+  EXPECT_NE(test::run_command(kestrel_cmd("logits -m " + reference + "syn-llama-gqa-f32.gguf --tp 2" + prompt + " 2>&1"), out), 0);
   EXPECT_NE(out.find("run under mpirun -np 2"), std::string::npos) << out;
 }
 #endif
