@@ -56,6 +56,20 @@ inline std::vector<int32_t> iota_tokens(int32_t n, int32_t first = 100) {
   return t;
 }
 
+// Built with AddressSanitizer (the sanitizer run of CI): the slowest multi-process tests check a
+// representative subset there, every code path but fewer models, to keep CI short.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kSanitizerBuild = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr bool kSanitizerBuild = true;
+#else
+inline constexpr bool kSanitizerBuild = false;
+#endif
+#else
+inline constexpr bool kSanitizerBuild = false;
+#endif
+
 // A shell command running `program` as n processes under Open MPI's mpirun: as root too (Open MPI refuses
 // root without its two variables), over shared memory, oversubscribing this machine's cores, without leak
 // checks in the ranks (Open MPI's own allocations outlive main); `timeout` turns a hang into status 124.

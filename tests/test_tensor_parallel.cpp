@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -65,8 +66,13 @@ TEST(TensorParallel, ReferenceModelsGiveTheirLogitsSplitOverProcesses) {
   KESTREL_REQUIRE_SHARED(shared);
   const std::string out_file = test::temp_path("tp.logits"), single_file = test::temp_path("tp-single.logits");
   int n_checked = 0, n_layers_only = 0, n_experts_split = 0, n_positions_split = 0;
+  // The sanitizer run: real weights, packed Q8_0, a mixture of experts and latent attention still take
+  // every split.
+  const std::vector<std::string> sanitizer_models = {"stories260K.gguf", "syn-llama-gqa-q8_0-pure.gguf", "syn-qwen3moe-f32.gguf",
+                                                     "syn-deepseek2-mla-f32.gguf"};
   for (const Case& c : reference_cases(shared)) {
     const std::string name = std::filesystem::path(c.model).filename().string();
+    if (test::kSanitizerBuild && std::find(sanitizer_models.begin(), sanitizer_models.end(), name) == sanitizer_models.end()) continue;
     SCOPED_TRACE(name);
     const test::ReferenceLogits ref = test::read_reference(c.reference);
     std::string out;
@@ -122,10 +128,11 @@ TEST(TensorParallel, ReferenceModelsGiveTheirLogitsSplitOverProcesses) {
       }
     }
   }
-  EXPECT_GE(n_checked, 10 * 8);
-  EXPECT_GE(n_layers_only, 4 * 10);
+  const bool subset = test::kSanitizerBuild;
+  EXPECT_GE(n_checked, subset ? 36 : 10 * 8);
+  EXPECT_GE(n_layers_only, subset ? 8 : 4 * 10);
   EXPECT_GE(n_experts_split, 2 * 3 * 2);
-  EXPECT_GE(n_positions_split, 2 * 10);
+  EXPECT_GE(n_positions_split, subset ? 6 : 2 * 10);
   std::filesystem::remove(out_file);
   std::filesystem::remove(single_file);
 }
@@ -190,6 +197,7 @@ TEST(TensorParallel, ServeAnswersWhatOneProcessGenerates) {
                           Split{1, 1, 2, 1, "", stories}, Split{2, 1, 2, 1, " -ctk q8_0 -ctv q8_0", stories},
                           Split{1, 2, 1, 1, "", moe}, Split{1, 1, 1, 2, "", stories}}) {
     const int tp = sp.tp, ep = sp.ep, pp = sp.pp, cp = sp.cp;
+    if (test::kSanitizerBuild && (tp == 4 || (pp == 2 && tp == 1))) continue;  // tp 2 x pp 2 covers both there
     const std::string kv = sp.kv, model = sp.model,
                       flags = "--tp " + std::to_string(tp) + " --ep " + std::to_string(ep) + " --pp " + std::to_string(pp) +
                               " --cp " + std::to_string(cp);

@@ -42,7 +42,7 @@ struct ServeArgs {
   std::string kv_memory;    // KV cache budget in bytes (overrides -c)
   std::string draft_model;  // speculative decoding
   SpeculativeConfig spec;
-  ParallelArgs split;       // tensor-parallel ranks x pipeline stages
+  ParallelArgs split;       // --tp / --ep / --pp / --cp: the model split over processes
   int dp = 1;               // data-parallel replicas in this process
   std::string dp_policy = "cache";
 };
@@ -85,7 +85,7 @@ int run_serve(ServeArgs& a) {
   const auto groups = launch_processes(a.split, !a.draft_model.empty() || a.spec.ngram > 0);
   if (!groups) return 1;
   Communicator& world = *groups->world;
-  if (groups->split() && a.dp > 1) world.abort("error: --dp runs its replicas in one process; not with --tp / --ep / --pp yet", 1);
+  if (groups->split() && a.dp > 1) world.abort("error: --dp runs its replicas in one process; not with --tp / --ep / --pp / --cp yet", 1);
   auto model = load_model(a.model, world.rank() != 0, groups.get());
   if (!model || !kv_types_fit(*model, a.kv_types)) return 1;
   if (world.rank() != 0) return follow_serving(a, *model, world);
