@@ -125,7 +125,7 @@ std::unique_ptr<Model> load_model(const std::string& path, bool quiet, const Pro
 
 void add_parallel_options(CLI::App* cmd, ParallelArgs& p) {
   cmd->add_option("--tp", p.tp, "Tensor-parallel ranks per pipeline stage (heads, FFN channels and output rows split "
-                                "over them); run under mpirun -np TP x PP")
+                                "over them); run under mpirun -np TP x EP x PP")
       ->check(CLI::Range(1, 4096));
   cmd->add_option("--pp", p.pp, "Pipeline stages (contiguous layer ranges, activations passed from stage to stage)")
       ->check(CLI::Range(1, 4096));
