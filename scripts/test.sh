@@ -66,6 +66,8 @@ python3 -c 'import struct, sys; n = b"blk.0.attn_q.weight"; sys.stdout.buffer.wr
   -print_final_stats=1 build-fuzz/corpus-imatrix 2>&1 | tail -n 12
 python3 -c 'import struct, sys; sys.stdout.buffer.write(b"KSP1" + struct.pack("<3i", 1, 0, 1) + struct.pack("<i", 1) + struct.pack("<q3i", 7, 0, 1, 3) + struct.pack("<3i", 5, 6, 7) + struct.pack("<2i", 1, 4) + struct.pack("<iq", 1, 9))' \
   > build-fuzz/corpus-plan/small.plan
+python3 -c 'import struct, sys; sys.stdout.buffer.write(b"KPD1" + struct.pack("<Bq", 1, 7) + struct.pack("<i", 2) + b"ab" + struct.pack("<4i", 3, 5, 6, 7))' \
+  > build-fuzz/corpus-plan/job.msg
 ./build-fuzz/tests/fuzz_step_plan -max_total_time="$short_seconds" -max_len=4096 -rss_limit_mb=2048 \
   -print_final_stats=1 build-fuzz/corpus-plan 2>&1 | tail -n 12
 echo "== all tests passed"

@@ -3,6 +3,7 @@
 #include <numeric>
 
 #include "kv/kv_manager.h"
+#include "kv/kv_storage.h"
 #include "test_support.h"
 
 namespace kestrel {
@@ -131,6 +132,50 @@ TEST(KvManager, TruncateGivesBackPagesAndNeverPublishesThem) {
   EXPECT_EQ(kv.pool().ref_count(1), 0);  // cached, evictable
   kv.free(1, a, 8);
   EXPECT_EQ(kv.pool().n_in_use(), 0);
+}
+
+}  // namespace
+}  // namespace kestrel
+
+namespace kestrel {
+namespace {
+
+// A page's bytes leave one KvStorage and land in another (prefill/decode disaggregation): exported and
+// imported they are the same page, for float, quantized and latent (V inside K) caches; the other pages
+// stay as they were.
+TEST(KvStorage, PagesExportAndImportWhole) {
+  for (const bool latent : {false, true}) {
+    for (const KvTypes types : {KvTypes(KvType::F16), KvTypes(KvType::Q8_0)}) {
+      SCOPED_TRACE(std::string(latent ? "latent " : "") + types.name());
+      KvCacheSpec spec;
+      spec.n_layers = 2;
+      spec.n_kv_heads = latent ? 1 : 2;
+      spec.k_dim = 64;
+      spec.v_dim = latent ? 32 : 64;
+      spec.v_in_k = latent;
+      spec.types = types;
+      spec.block_size = 4;
+      spec.n_blocks = 3;
+      KvStorage a(spec), b(spec);
+      EXPECT_EQ(a.page_bytes(), spec.bytes_per_token() * 4);
+      std::vector<uint8_t> page(a.page_bytes()), zeros(a.page_bytes(), 0), back(a.page_bytes());  // [page_bytes]
+      for (size_t i = 0; i < page.size(); ++i) page[i] = static_cast<uint8_t>(i * 7 + 3);
+      for (int32_t p = 0; p < 3; ++p) b.import_page(p, zeros.data());
+      a.import_page(1, page.data());
+      a.export_page(1, back.data());
+      EXPECT_EQ(back, page);
+      b.import_page(2, back.data());  // across storages
+      b.export_page(2, back.data());
+      EXPECT_EQ(back, page);
+      for (int32_t p : {0, 1}) {
+        b.export_page(p, back.data());
+        EXPECT_EQ(back, zeros) << p;
+      }
+      b.copy_block(2, 0);  // the same bytes as the storage's own page copy
+      b.export_page(0, back.data());
+      EXPECT_EQ(back, page);
+    }
+  }
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "engine/forward_batch.h"
+#include "engine/prefill_messages.h"
 #include "engine/scheduler.h"
 #include "test_support.h"
 
@@ -180,6 +181,88 @@ TEST(StepPlanBytes, RoundTripAndMalformedInput) {
   bad = bytes;
   bad[0] ^= 1;
   EXPECT_NE(decode_step_plan(bad).error().find("bad magic"), std::string::npos);
+}
+
+// Prefill/decode disaggregation's messages cross between processes the same way: each kind round-trips, and
+// cut short, padded, of an unknown kind or with a negative id they are refused with a message.
+TEST(PrefillMessageBytes, RoundTripAndMalformedInput) {
+  std::vector<PrefillMessage> messages;
+  PrefillMessage job = prefill_message(PrefillMessageKind::Job, 7);
+  job.cache_salt = "salt";
+  job.tokens = {1, 2, 3};
+  messages.push_back(job);
+  messages.push_back(prefill_message(PrefillMessageKind::Cancel, 9));
+  messages.push_back(prefill_message(PrefillMessageKind::Stop));
+  PrefillMessage pages = prefill_message(PrefillMessageKind::Pages, 7);
+  pages.first_page = 2;
+  pages.pages = {1, 2, 3, 4, 5, 6};
+  messages.push_back(pages);
+  PrefillMessage done = prefill_message(PrefillMessageKind::Done, 7);
+  done.logits = {0.5f, -1.0f, 2.0f};
+  done.n_cached = 16;
+  done.queue_ms = 1.5;
+  done.compute_ms = 20.25;
+  messages.push_back(done);
+  PrefillMessage stats = prefill_message(PrefillMessageKind::Stats);
+  stats.stats = {64, 10, 20, 1, 2, 300, 100, 12, 0.75};
+  messages.push_back(stats);
+  messages.push_back(prefill_message(PrefillMessageKind::Stopped));
+  for (const PrefillMessage& m : messages) {
+    SCOPED_TRACE(static_cast<int>(m.kind));
+    const std::vector<uint8_t> bytes = encode_prefill_message(m);
+    auto back = decode_prefill_message(bytes);
+    ASSERT_TRUE(back.ok()) << back.error();
+    EXPECT_EQ(back.value(), m);
+    for (size_t cut = 0; cut < bytes.size(); ++cut) {
+      auto r = decode_prefill_message(std::span<const uint8_t>(bytes.data(), cut));
+      ASSERT_FALSE(r.ok()) << cut;
+      EXPECT_NE(r.error().find("malformed prefill message"), std::string::npos) << r.error();
+    }
+    std::vector<uint8_t> padded = bytes;
+    padded.push_back(0);
+    EXPECT_NE(decode_prefill_message(padded).error().find("1 bytes after the message"), std::string::npos);
+  }
+  std::vector<uint8_t> bad = encode_prefill_message(messages[1]);
+  bad[4] = 99;  // the kind, after the magic
+  EXPECT_NE(decode_prefill_message(bad).error().find("unknown kind 99"), std::string::npos);
+  bad = encode_prefill_message(messages[1]);
+  const int64_t minus_one = -1;
+  std::memcpy(bad.data() + 5, &minus_one, 8);
+  EXPECT_NE(decode_prefill_message(bad).error().find("negative sequence id"), std::string::npos);
+  EXPECT_NE(decode_prefill_message(encode_prefill_message(prefill_message(PrefillMessageKind::Job, 1))).error().find("without tokens"),
+            std::string::npos);
+}
+
+// A prompt prefilled elsewhere joins the running set with pages of its own for its whole prompt, then
+// decodes like any other; it waits (nothing changed) while the running set is full or pages are short.
+TEST(Scheduler, PrefilledSequenceJoinsTheRunningSetWithItsPages) {
+  KvManager kv(4, 4, false);  // 16 positions
+  SchedulerConfig config;
+  config.block_size = 4;
+  config.max_running = 2;
+  Scheduler s(kv, config);
+  ASSERT_TRUE(s.add_prefilled(make_seq(1, 6)));
+  EXPECT_EQ(kv.pages(1), (std::vector<int32_t>{0, 1}));
+  const Sequence* seq = s.find(1);
+  ASSERT_NE(seq, nullptr);
+  EXPECT_EQ(seq->n_computed, 6);
+  EXPECT_EQ(seq->n_prompt, 6);
+  EXPECT_EQ(s.n_running(), 1u);
+  EXPECT_FALSE(s.add_prefilled(make_seq(2, 12)));  // 3 pages: 2 are free
+  EXPECT_EQ(kv.pool().n_free(), 2);
+  EXPECT_EQ(s.find(2), nullptr);
+  ASSERT_TRUE(s.add_prefilled(make_seq(3, 3)));
+  EXPECT_FALSE(s.add_prefilled(make_seq(4, 1)));  // the running set is full
+  s.append_token(1, 9);
+  s.append_token(3, 9);
+  StepPlan p = s.schedule(0);
+  EXPECT_EQ(chunks(p), (Chunks{{1, 1}, {3, 1}}));  // both decode their first token's successor
+  EXPECT_EQ(p.chunks[0].start, 6);
+  EXPECT_EQ(p.chunks[1].start, 3);
+  run(s, p);
+  s.finish(1);
+  s.finish(3);
+  EXPECT_EQ(kv.pool().n_free(), 4);
 }
 
 TEST(Scheduler, SharedPromptIsComputedOnceAndOthersWaitForIt) {

@@ -35,6 +35,8 @@ struct ServeBenchArgs {
   int min_tokens = 0;  // > 0: each request generates a seeded-random count in [min_tokens, max_tokens]
   int vocab = 32000;
   uint64_t seed = 1;
+  double long_share = 0;  // share of requests whose unique part is long_tokens long (a mixed workload)
+  int long_tokens = 1024;
 };
 
 struct RequestResult {
@@ -42,6 +44,7 @@ struct RequestResult {
   std::string error;
   int n_tokens = 0;
   double ttft_s = 0, tpot_s = 0, latency_s = 0;
+  std::vector<double> gaps_s;  // between consecutive chunks with text (inter-token latency)
 };
 
 double percentile(std::vector<double> v, double p) {
@@ -96,6 +99,7 @@ RequestResult run_one(const std::string& url, const ServeBenchArgs& a, const std
       if (c.contains("text") && c["text"].is_string() && !c["text"].get<std::string>().empty()) {
         const double now = timer.elapsed_s();
         if (first < 0) first = now;
+        else r.gaps_s.push_back(now - last);
         last = now;
         ++chunks_with_text;
       }
@@ -131,9 +135,11 @@ int run_bench_serve(const ServeBenchArgs& a) {
   std::vector<std::vector<int32_t>> prompts;
   std::vector<int> lengths;  // tokens to generate per request
   std::uniform_int_distribution<int> length(a.min_tokens > 0 ? std::min(a.min_tokens, a.max_tokens) : a.max_tokens, a.max_tokens);
+  std::bernoulli_distribution long_prompt(std::clamp(a.long_share, 0.0, 1.0));
   for (int r = 0; r < a.requests; ++r) {
     std::vector<int32_t> p = prefixes[std::uniform_int_distribution<size_t>(0, prefixes.size() - 1)(rng)];
-    for (int i = 0; i < a.unique_tokens; ++i) p.push_back(token(rng));
+    const int n_unique = long_prompt(rng) ? a.long_tokens : a.unique_tokens;
+    for (int i = 0; i < n_unique; ++i) p.push_back(token(rng));
     prompts.push_back(std::move(p));
     lengths.push_back(length(rng));
   }
@@ -170,7 +176,7 @@ int run_bench_serve(const ServeBenchArgs& a) {
   const double accepted = speculative ? delta("kestrel_spec_accepted_tokens_total") : 0;
   const double verify_steps = speculative ? delta("kestrel_spec_verify_steps_total") : 0;
 
-  std::vector<double> ttft, tpot;
+  std::vector<double> ttft, tpot, gaps;
   int64_t tokens = 0;
   int errors = 0;
   std::string first_error;
@@ -182,6 +188,7 @@ int run_bench_serve(const ServeBenchArgs& a) {
     tokens += r.n_tokens;
     ttft.push_back(r.ttft_s);
     if (r.n_tokens > 1) tpot.push_back(r.tpot_s);
+    gaps.insert(gaps.end(), r.gaps_s.begin(), r.gaps_s.end());
   }
   const json report = {{"workload", a.workload}, {"requests", a.requests}, {"concurrency", a.concurrency},
                        {"prompt_tokens", shared ? a.prefix_tokens + a.unique_tokens : a.unique_tokens},
@@ -189,6 +196,8 @@ int run_bench_serve(const ServeBenchArgs& a) {
                        {"output_tokens", tokens}, {"output_tok_s", static_cast<double>(tokens) / elapsed},
                        {"ttft_p50_s", percentile(ttft, 50)}, {"ttft_p99_s", percentile(ttft, 99)},
                        {"tpot_p50_ms", percentile(tpot, 50) * 1e3}, {"tpot_p99_ms", percentile(tpot, 99) * 1e3},
+                       {"itl_p50_ms", percentile(gaps, 50) * 1e3}, {"itl_p99_ms", percentile(gaps, 99) * 1e3},
+                       {"long_share", a.long_share}, {"long_tokens", a.long_tokens},
                        {"prefix_cache_hit_rate", hit_rate < 0 ? json(nullptr) : json(hit_rate)},
                        {"kv_unused_at_peak", kv_unused_at_peak < 0 ? json(nullptr) : json(kv_unused_at_peak)},
                        {"peak_running", peak_running < 0 ? json(nullptr) : json(peak_running)},
@@ -198,13 +207,16 @@ int run_bench_serve(const ServeBenchArgs& a) {
   if (a.output == "json") {
     std::printf("%s\n", report.dump(2).c_str());
   } else {
-    std::printf("| workload | requests | in flight | prompt | gen | output tok/s | TTFT p50 | TTFT p99 | TPOT p50 | TPOT p99 | errors | prefix hits |\n");
-    std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
-    std::printf("| %s | %d | %d | %d | %s | %.1f | %.2f s | %.2f s | %.0f ms | %.0f ms | %d | %s |\n", a.workload.c_str(),
+    std::printf("| workload | requests | in flight | prompt | gen | output tok/s | TTFT p50 | TTFT p99 | TPOT p50 | TPOT p99 | "
+                "ITL p99 | errors | prefix hits |\n");
+    std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    std::printf("| %s | %d | %d | %d | %s | %.1f | %.2f s | %.2f s | %.0f ms | %.0f ms | %.0f ms | %d | %s |\n",
+                (a.workload + (a.long_share > 0 ? ", " + std::to_string(static_cast<int>(a.long_share * 100 + 0.5)) + "% of " +
+                                                      std::to_string(a.long_tokens) + " tokens" : "")).c_str(),
                 a.requests, a.concurrency, report["prompt_tokens"].get<int>(),
                 (a.min_tokens > 0 ? std::to_string(a.min_tokens) + "-" : std::string()).append(std::to_string(a.max_tokens)).c_str(),
                 report["output_tok_s"].get<double>(), percentile(ttft, 50), percentile(ttft, 99),
-                percentile(tpot, 50) * 1e3, percentile(tpot, 99) * 1e3, errors,
+                percentile(tpot, 50) * 1e3, percentile(tpot, 99) * 1e3, percentile(gaps, 99) * 1e3, errors,
                 hit_rate < 0 ? "n/a" : (std::to_string(static_cast<int>(hit_rate * 100 + 0.5)) + "%").c_str());
     if (kv_unused_at_peak >= 0)
       std::printf("\nserver KV cache at its peak so far: %.1f%% of in-use positions unused\n", kv_unused_at_peak * 100);
@@ -235,6 +247,11 @@ CLI::App* add_bench_serve(CLI::App& bench, Action& run) {
   cmd->add_option("--unique-tokens", a->unique_tokens, "Unique prompt tokens per request")->capture_default_str();
   cmd->add_option("--max-tokens", a->max_tokens, "Tokens generated per request (ignore_eos)")->capture_default_str();
   cmd->add_option("--min-tokens", a->min_tokens, "If set: requests generate a random count in [min, max] tokens");
+  cmd->add_option("--long-share", a->long_share,
+                  "Share of requests whose unique prompt part is --long-tokens long instead (a mixed workload)")
+      ->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  cmd->add_option("--long-tokens", a->long_tokens, "Unique prompt tokens of the long requests")
+      ->check(CLI::Range(1, 1 << 20))->capture_default_str();
   cmd->add_option("--vocab", a->vocab, "Prompt token ids are drawn from [100, vocab)")->capture_default_str();
   cmd->add_option("--seed", a->seed, "Seed of the prompt generator")->capture_default_str();
   cmd->add_option("--api-key", a->api_key, "Bearer key");

@@ -7,6 +7,7 @@
 
 #include "common.h"
 #include "engine/engine.h"
+#include "engine/prefill_worker.h"
 #include "engine/speculative_generator.h"
 #include "engine/step_plan_relay.h"
 #include "model/key_centers.h"
@@ -45,7 +46,67 @@ struct ServeArgs {
   ParallelArgs split;       // --tp / --ep / --pp / --cp: the model split over processes
   int dp = 1;               // data-parallel replicas in this process
   std::string dp_policy = "cache";
+  int prefill_ranks = 0;    // prefill/decode disaggregation: ranks 1..prefill_ranks prefill, rank 0 decodes
+  int decode_ranks = 1;
 };
+
+// The engine's settings from the flags, with n_blocks KV pages.
+EngineConfig engine_config(const ServeArgs& a, int32_t n_blocks) {
+  EngineConfig config;
+  config.n_blocks = n_blocks;
+  config.kv_types = a.kv_types;
+  config.prefix_caching = !a.no_prefix_cache;
+  config.scheduler.block_size = a.block_size;
+  config.scheduler.max_running = a.parallel;
+  config.scheduler.max_batch_tokens = a.batch;
+  config.scheduler.batch_size = a.batch_size;
+  config.scheduler.batch_wait_ms = a.batch_wait_ms;
+  config.scheduler.policy = a.policy == "static" ? BatchPolicy::Static
+                            : a.policy == "dynamic" ? BatchPolicy::Dynamic : BatchPolicy::Continuous;
+  config.spec = a.spec;
+  return config;
+}
+
+// --prefill-ranks P --decode-ranks D: the world of `mpirun -np P+D`, or null after printing why not (ending
+// every rank alike when launched by mpirun).
+std::unique_ptr<Communicator> launch_disaggregated(const ServeArgs& a) {
+  auto world = launch_communicator();
+  if (!world.ok()) {
+    std::fprintf(stderr, "error: %s\n", world.error().c_str());
+    return nullptr;
+  }
+  const int want = a.prefill_ranks + a.decode_ranks, size = (*world)->size();
+  std::string why;
+  if (a.split.tp * a.split.pp * a.split.ep * a.split.cp > 1)
+    why = "--prefill-ranks does not combine with --tp, --pp, --ep or --cp yet (each role runs whole models)";
+  else if (a.dp > 1)
+    why = "--prefill-ranks does not combine with --dp yet";
+  else if (!a.draft_model.empty() || a.spec.ngram > 0)
+    why = "speculative decoding does not run with prefill/decode disaggregation yet";
+  else if (a.decode_ranks != 1)
+    why = "--decode-ranks " + std::to_string(a.decode_ranks) + ": one decode rank (rank 0) for now";
+  else if (size != want)
+    why = "--prefill-ranks " + std::to_string(a.prefill_ranks) + " + --decode-ranks " + std::to_string(a.decode_ranks) +
+          " needs " + std::to_string(want) + " processes" +
+          (size == 1 ? ": run under mpirun -np " + std::to_string(want) : ", but it was launched as " + std::to_string(size));
+  if (why.empty()) return std::move(world).value();
+  if (size > 1) (*world)->abort("error: " + why, 1);
+  std::fprintf(stderr, "error: %s\n", why.c_str());
+  return nullptr;
+}
+
+// A prefill rank (disaggregated): computes the prompts rank 0 sends and sends back their KV pages until
+// rank 0 stops. Signals are rank 0's to handle.
+int prefill_serving(const ServeArgs& a, const Model& model, Communicator& world) {
+  std::signal(SIGINT, SIG_IGN);
+  std::signal(SIGTERM, SIG_IGN);
+  int32_t n_blocks = 0;
+  world.broadcast_patiently(&n_blocks, sizeof n_blocks, 0);
+  if (n_blocks <= 0) return 1;
+  ThreadPool pool(a.threads);
+  serve_prefills(world, model, pool, engine_config(a, n_blocks));
+  return 0;
+}
 
 // Split over processes: rank 0 tells the other ranks how many KV pages to make once it is ready to serve, or 0
 // when it cannot start (then they exit too). Waited for patiently: rank 0 may take a while.
@@ -82,13 +143,21 @@ int follow_serving(const ServeArgs& a, const Model& model, Communicator& world) 
 }
 
 int run_serve(ServeArgs& a) {
-  const auto groups = launch_processes(a.split, !a.draft_model.empty() || a.spec.ngram > 0);
-  if (!groups) return 1;
-  Communicator& world = *groups->world;
-  if (groups->split() && a.dp > 1) world.abort("error: --dp runs its replicas in one process; not with --tp / --ep / --pp / --cp yet", 1);
+  // Split over processes: the model (--tp, --pp, --ep, --cp), or its work by role (--prefill-ranks).
+  const bool disaggregated = a.prefill_ranks > 0;
+  std::unique_ptr<ProcessGroups> groups;
+  std::unique_ptr<Communicator> roles;
+  if (disaggregated) {
+    if (!(roles = launch_disaggregated(a))) return 1;
+  } else if (!(groups = launch_processes(a.split, !a.draft_model.empty() || a.spec.ngram > 0))) {
+    return 1;
+  }
+  Communicator& world = disaggregated ? *roles : *groups->world;
+  if (world.size() > 1 && a.dp > 1) world.abort("error: --dp runs its replicas in one process; not with --tp / --ep / --pp / --cp yet", 1);
   auto model = load_model(a.model, world.rank() != 0, groups.get());
+  if (!model && world.size() > 1) world.abort("error: the model did not load on rank " + std::to_string(world.rank()), 1);
   if (!model || !kv_types_fit(*model, a.kv_types)) return 1;
-  if (world.rank() != 0) return follow_serving(a, *model, world);
+  if (world.rank() != 0) return disaggregated ? prefill_serving(a, *model, world) : follow_serving(a, *model, world);
   FollowerStart followers(world);
   auto tokenizer = Tokenizer::from_gguf(model->file());
   if (!tokenizer.ok() || !tokenizer->has_vocab()) {
@@ -129,9 +198,7 @@ int run_serve(ServeArgs& a) {
       return 1;
     }
   }
-  EngineConfig config;
-  config.scheduler.block_size = a.block_size;
-  config.n_blocks = (a.ctx + a.block_size - 1) / a.block_size;
+  int32_t n_blocks = (a.ctx + a.block_size - 1) / a.block_size;
   // A draft model keeps its own KV for as many tokens as the target's: a token costs both.
   const size_t kv_bytes_per_token = model->kv_spec(1, a.block_size, a.kv_types).bytes_per_token() +
                                     (draft ? draft->kv_spec(1, a.block_size, a.kv_types).bytes_per_token() : 0);
@@ -149,17 +216,13 @@ int run_serve(ServeArgs& a) {
                    a.kv_types.name().c_str());
       return 1;
     }
-    config.n_blocks = static_cast<int32_t>(blocks);
+    n_blocks = static_cast<int32_t>(blocks);
   }
-  config.kv_types = a.kv_types;
-  config.prefix_caching = !a.no_prefix_cache;
-  config.scheduler.max_running = a.parallel;
-  config.scheduler.max_batch_tokens = a.batch;
-  config.scheduler.batch_size = a.batch_size;
-  config.scheduler.batch_wait_ms = a.batch_wait_ms;
-  config.scheduler.policy = a.policy == "static" ? BatchPolicy::Static
-                            : a.policy == "dynamic" ? BatchPolicy::Dynamic : BatchPolicy::Continuous;
-  config.spec = a.spec;
+  EngineConfig config = engine_config(a, n_blocks);
+  if (disaggregated) {
+    config.prefill_world = &world;  // the prompts go to the prefill ranks
+    config.prefix_caching = false;  // the prefix cache lives there
+  }
   followers.go(config.n_blocks);
   // Data parallel: --dp engines, each with its threads, KV cache and prefix cache, behind one router.
   Metrics metrics;
@@ -195,7 +258,9 @@ int run_serve(ServeArgs& a) {
                a.threads, config.n_blocks, a.block_size,
                static_cast<double>(kv_bytes_per_token) * config.n_blocks * a.block_size / 1048576.0, kv_bytes_per_token,
                a.kv_types.name().c_str(), draft ? ", target and draft" : "",
-               groups->split() ? (", rank 0 of " + std::to_string(world.size()) + ": " + groups->describe()).c_str() : "",
+               disaggregated ? (", decode rank 0 of " + std::to_string(world.size()) + ", prompts prefilled by ranks 1-" +
+                                std::to_string(world.size() - 1)).c_str()
+               : world.size() > 1 ? (", rank 0 of " + std::to_string(world.size()) + ": " + groups->describe()).c_str() : "",
                server.max_in_flight());
 
   // Ready once one real forward pass went through every engine (straight to each, past the router).
@@ -283,6 +348,12 @@ void add_serve(CLI::App& app, Action& run) {
   cmd->add_option("--dp", args->dp, "Data-parallel replicas in this process, each with its own KV and prefix cache "
                                     "(-t threads and -c tokens each), behind one router")
       ->check(CLI::Range(1, 64))->capture_default_str();
+  cmd->add_option("--prefill-ranks", args->prefill_ranks,
+                  "Prefill/decode disaggregation: ranks 1..N of mpirun compute prompts (and hold the prefix cache) and "
+                  "send their KV pages to rank 0, which decodes; run under mpirun -np N + --decode-ranks")
+      ->check(CLI::Range(0, 4096))->capture_default_str();
+  cmd->add_option("--decode-ranks", args->decode_ranks, "Ranks that decode (with --prefill-ranks; 1 for now: rank 0)")
+      ->check(CLI::Range(1, 4096))->capture_default_str();
   cmd->add_option("--dp-policy", args->dp_policy,
                   "How the router picks a replica: cache (the longest cached prompt prefix, unless loads drift apart) "
                   "or round-robin")

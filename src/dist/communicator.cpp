@@ -32,6 +32,9 @@ class LocalCommunicator final : public Communicator {
     if (dest != 0 || source != 0 || send_bytes != recv_bytes) abort("send_recv beyond rank 0 of a one-process run", 1);
     if (recv_data != send_data) std::memmove(recv_data, send_data, send_bytes);
   }
+  void send_async(std::vector<uint8_t>, int dest) override { abort("send to rank " + std::to_string(dest) + " of a one-process run", 1); }
+  size_t sends_in_flight() override { return 0; }
+  std::optional<Incoming> probe(int) override { return std::nullopt; }
   std::unique_ptr<Communicator> split(int, int) override { return std::make_unique<LocalCommunicator>(); }
   [[noreturn]] void abort(const std::string& why, int code) override {
     std::fprintf(stderr, "kestrel: %s\n", why.c_str());

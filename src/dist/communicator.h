@@ -7,7 +7,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 
@@ -47,6 +49,19 @@ class Communicator {
   // recv_data[recv_bytes] from source.
   virtual void send_recv(const void* send_data, size_t send_bytes, int dest, void* recv_data, size_t recv_bytes,
                          int source) = 0;
+  // Asynchronous point to point (prefill/decode disaggregation: messages overlapped with compute). The
+  // message goes to dest in the background, kept here until sent; dest takes it whole with probe() and
+  // recv(). Messages from one rank to another arrive in the order sent. At most 1 GiB each.
+  virtual void send_async(std::vector<uint8_t> message, int dest) = 0;
+  // Messages of send_async not yet sent (checking moves them on).
+  virtual size_t sends_in_flight() = 0;
+  // A message waiting to be received from source (kAnySource: any rank), without receiving it.
+  struct Incoming {
+    int source = 0;
+    size_t bytes = 0;
+  };
+  static constexpr int kAnySource = -1;
+  virtual std::optional<Incoming> probe(int source) = 0;
   // A communicator over the ranks that pass the same color, ranked by key (then by rank here); every rank
   // calls it. The result must be destroyed before this one.
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;

@@ -6,7 +6,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <iterator>
+#include <list>
+#include <optional>
 #include <thread>
+#include <vector>
 
 #include "dist/communicator.h"
 
@@ -24,6 +28,7 @@ class MpiCommunicator final : public Communicator {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (finalized) return;
+    if (!async_.empty()) MPI_Waitall(static_cast<int>(async_.size()), requests().data(), MPI_STATUSES_IGNORE);
     if (comm_ != MPI_COMM_WORLD) MPI_Comm_free(&comm_);
     else MPI_Finalize();
   }
@@ -96,6 +101,31 @@ class MpiCommunicator final : public Communicator {
     MPI_Sendrecv(send_data, static_cast<int>(send_bytes), MPI_BYTE, dest, kPointToPointTag, recv_data,
                  static_cast<int>(recv_bytes), MPI_BYTE, source, kPointToPointTag, comm_, MPI_STATUS_IGNORE);
   }
+  void send_async(std::vector<uint8_t> message, int dest) override {
+    if (message.size() > kMaxCount) abort("send_async of " + std::to_string(message.size()) + " bytes: more than 1 GiB", 1);
+    ++stats_.messages;
+    stats_.bytes += message.size();
+    AsyncSend& s = async_.emplace_back();
+    s.message = std::move(message);
+    MPI_Isend(s.message.data(), static_cast<int>(s.message.size()), MPI_BYTE, dest, kPointToPointTag, comm_, &s.request);
+  }
+  size_t sends_in_flight() override {
+    for (auto it = async_.begin(); it != async_.end();) {
+      int done = 0;
+      MPI_Test(&it->request, &done, MPI_STATUS_IGNORE);
+      it = done ? async_.erase(it) : std::next(it);
+    }
+    return async_.size();
+  }
+  std::optional<Incoming> probe(int source) override {
+    int waiting = 0;
+    MPI_Status status;
+    MPI_Iprobe(source == kAnySource ? MPI_ANY_SOURCE : source, kPointToPointTag, comm_, &waiting, &status);
+    if (!waiting) return std::nullopt;
+    int count = 0;
+    MPI_Get_count(&status, MPI_BYTE, &count);
+    return Incoming{status.MPI_SOURCE, static_cast<size_t>(count)};
+  }
   std::unique_ptr<Communicator> split(int color, int key) override {
     MPI_Comm part;
     MPI_Comm_split(comm_, color, key, &part);
@@ -121,8 +151,18 @@ class MpiCommunicator final : public Communicator {
     MpiCommunicator& comm;
     std::chrono::steady_clock::time_point start;
   };
+  struct AsyncSend {
+    std::vector<uint8_t> message;  // kept until sent
+    MPI_Request request;
+  };
+  std::vector<MPI_Request> requests() {
+    std::vector<MPI_Request> r;
+    for (AsyncSend& s : async_) r.push_back(s.request);
+    return r;
+  }
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
+  std::list<AsyncSend> async_;  // a list: MPI holds the request and buffer addresses until done
 };
 
 }  // namespace

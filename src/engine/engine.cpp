@@ -39,6 +39,16 @@ std::unique_ptr<StepPlanRelay> relay_for(const Model& model, bool speculative) {
   if (speculative) world->abort("speculative decoding does not run split over processes yet", 1);
   return std::make_unique<StepPlanRelay>(*world);
 }
+
+// Disaggregated: the client of the prefill ranks.
+std::unique_ptr<PrefillClient> prefill_client_for(const EngineConfig& config, const KvStorage& kv, int32_t n_vocab,
+                                                  bool speculative) {
+  Communicator* world = config.prefill_world;
+  if (!world) return nullptr;
+  if (world->rank() != 0) world->abort("the engine runs on rank 0; prefill ranks run serve_prefills", 1);
+  if (speculative) world->abort("speculative decoding does not run with prefill/decode disaggregation yet", 1);
+  return std::make_unique<PrefillClient>(*world, kv.page_bytes(), config.scheduler.block_size, n_vocab);
+}
 }  // namespace
 
 Engine::Engine(const Model& model, ThreadPool& pool, const EngineConfig& config, const Model* draft)
@@ -50,6 +60,7 @@ Engine::Engine(const Model& model, ThreadPool& pool, const EngineConfig& config,
       scheduler_(pages_, config.scheduler),
       runner_(model, pool, kv_),
       relay_(relay_for(model, draft != nullptr || config.spec.ngram > 0)),
+      prefill_(prefill_client_for(config, kv_, model.hparams().n_vocab, draft != nullptr || config.spec.ngram > 0)),
       drafter_(draft ? std::make_unique<ModelDrafter>(*draft, pool, config.n_blocks, config.scheduler.block_size,
                                                       config.kv_types, config.scheduler.max_batch_tokens)
                      : nullptr),
@@ -101,7 +112,12 @@ Result<int64_t> Engine::add_request(Request request) {
   auto shared = std::make_shared<const Request>(std::move(request));
   choices_.emplace(seq_id, make_choice(request_id, 0, shared, shared->sampling, shared->n > 1));
   sequences_of_[request_id] = {seq_id};
-  scheduler_.add(std::move(seq));
+  if (prefill_) {
+    prefill_->submit(seq_id, seq.tokens, seq.cache_salt);
+    prefilling_.emplace(seq_id, std::move(seq));
+  } else {
+    scheduler_.add(std::move(seq));
+  }
   return request_id;
 }
 
@@ -121,6 +137,7 @@ void Engine::cancel(int64_t request_id) {
 }
 
 void Engine::end_sequence(int64_t seq_id) {
+  if (prefilling_.erase(seq_id)) prefill_->cancel(seq_id);  // its prefill rank frees its pages
   scheduler_.finish(seq_id);
   choices_.erase(seq_id);
   if (drafter_) drafter_->forget(seq_id);
@@ -206,10 +223,98 @@ std::vector<int32_t> Engine::next_tokens(Choice& choice, const Sequence& seq, co
   return tokens;
 }
 
+void Engine::emit(const ScheduledChunk& c, const float* rows, std::vector<StepOutput>& outputs) {
+  const size_t n_vocab = static_cast<size_t>(model_.hparams().n_vocab);
+  std::vector<int64_t> seq_ids = {c.seq_id};
+  Choice& first = choices_.at(c.seq_id);
+  if (first.forks_pending) {
+    // n > 1: the other choices share this prompt's blocks from here on.
+    first.forks_pending = false;
+    for (int32_t i = 1; i < first.request->n; ++i) {
+      const int64_t child = next_sequence_++;
+      scheduler_.fork(c.seq_id, child);
+      SamplingParams params = first.request->sampling;
+      params.seed = choice_seed(params.seed, i);
+      choices_.emplace(child, make_choice(first.request_id, i, first.request, params, false));
+      sequences_of_[first.request_id].push_back(child);
+      seq_ids.push_back(child);
+    }
+  }
+  for (int64_t seq_id : seq_ids) {
+    Choice& choice = choices_.at(seq_id);
+    const Sequence& seq = *scheduler_.find(seq_id);
+    StepOutput out;
+    out.request_id = choice.request_id;
+    out.index = choice.index;
+    out.n_prompt = seq.n_prompt;
+    out.n_cached_prompt = seq.n_cached_prompt;
+    if (seq.n_generated() == 0 && seq.n_preemptions == 0 && choice.index == 0) {
+      prompt_tokens_ += seq.n_prompt;
+      prompt_tokens_cached_ += seq.n_cached_prompt;
+    }
+    // Forked choices sample from the same rows: each from a copy (and logprobs from the raw logits).
+    std::vector<float> work(rows, rows + static_cast<size_t>(c.n_logits) * n_vocab);  // [c.n_logits, n_vocab]
+    const std::vector<float> raw = choice.request->top_logprobs >= 0 ? work : std::vector<float>();
+    const std::vector<int32_t> tokens = next_tokens(choice, seq, c, work.data());
+    // Accepted drafts join the sequence (their KV is kept); then its tokens are emitted up to a stop
+    // token (not emitted) or the length limit.
+    const int32_t n_generated = seq.n_generated(), n_tokens = seq.n_tokens();
+    scheduler_.accept_drafts(seq_id, static_cast<int32_t>(tokens.size()) - 1);
+    for (size_t i = 0; i < tokens.size() && out.finish == FinishReason::None; ++i) {
+      const auto& stops = choice.request->stop_tokens;
+      if (std::find(stops.begin(), stops.end(), tokens[i]) != stops.end()) {
+        out.finish = FinishReason::Stop;
+        break;
+      }
+      out.tokens.push_back(with_logprobs(choice, tokens[i], raw.empty() ? nullptr : raw.data() + i * n_vocab));
+      ++generated_tokens_;
+      const auto n_out = static_cast<int32_t>(out.tokens.size());
+      if (n_generated + n_out >= choice.request->max_tokens || n_tokens + n_out >= max_seq_len_)
+        out.finish = FinishReason::Length;
+    }
+    if (out.finish == FinishReason::None) scheduler_.append_token(seq_id, tokens.back());
+    if (out.finish != FinishReason::None) {
+      end_sequence(seq_id);
+      auto& ids = sequences_of_[out.request_id];
+      ids.erase(std::find(ids.begin(), ids.end(), seq_id));
+      if (ids.empty()) sequences_of_.erase(out.request_id);
+    }
+    outputs.push_back(std::move(out));
+  }
+}
+
+void Engine::admit_prefilled(std::vector<StepOutput>& outputs) {
+  for (PrefilledPrompt& p : prefill_->poll()) prefilled_.push_back(std::move(p));
+  while (!prefilled_.empty()) {
+    PrefilledPrompt& p = prefilled_.front();
+    const auto it = prefilling_.find(p.seq_id);
+    if (it == prefilling_.end()) {  // cancelled after it arrived
+      prefilled_.pop_front();
+      continue;
+    }
+    it->second.n_cached_prompt = p.n_cached;
+    if (!scheduler_.add_prefilled(it->second)) break;  // waits (in order) for pages or a place in the running set
+    prefilling_.erase(it);
+    const std::vector<int32_t>& table = pages_.pages(p.seq_id);
+    const size_t page_bytes = kv_.page_bytes();
+    for (size_t i = 0; i < table.size(); ++i) kv_.import_page(table[i], p.pages.data() + i * page_bytes);
+    const Sequence& seq = *scheduler_.find(p.seq_id);
+    ScheduledChunk c;  // as if its prompt's last token had run here
+    c.seq_id = p.seq_id;
+    c.start = seq.n_tokens() - 1;
+    c.tokens = {seq.tokens.back()};
+    c.pages = table;
+    c.n_logits = 1;
+    emit(c, p.logits.data(), outputs);
+    prefilled_.pop_front();
+  }
+}
+
 std::vector<StepOutput> Engine::step() {
   std::vector<StepOutput> outputs;
   outputs.swap(cancelled_);
   const double start_s = clock_.elapsed_s();
+  if (prefill_) admit_prefilled(outputs);
   bool prompt_catch_up = false;
   const int32_t n_decoding = propose_drafts(prompt_catch_up);
   const StepPlan plan = scheduler_.schedule(clock_.elapsed_s() * 1e3);
@@ -228,74 +333,21 @@ std::vector<StepOutput> Engine::step() {
   scheduler_.commit(plan);
   const size_t n_vocab = static_cast<size_t>(model_.hparams().n_vocab);
   size_t row = 0;
+  bool decode_only = true;  // every chunk a decode or a verification
   for (const ScheduledChunk& c : plan.chunks) {
+    decode_only = decode_only && c.n_logits == c.n_tokens();
     if (!c.samples()) continue;
-    float* rows = logits.data() + row * n_vocab;  // [c.n_logits, n_vocab]: the chunk's last tokens'
+    emit(c, logits.data() + row * n_vocab, outputs);  // [c.n_logits, n_vocab]: the chunk's last tokens'
     row += static_cast<size_t>(c.n_logits);
-    std::vector<int64_t> seq_ids = {c.seq_id};
-    Choice& first = choices_.at(c.seq_id);
-    if (first.forks_pending) {
-      // n > 1: the other choices share this prompt's blocks from here on.
-      first.forks_pending = false;
-      for (int32_t i = 1; i < first.request->n; ++i) {
-        const int64_t child = next_sequence_++;
-        scheduler_.fork(c.seq_id, child);
-        SamplingParams params = first.request->sampling;
-        params.seed = choice_seed(params.seed, i);
-        choices_.emplace(child, make_choice(first.request_id, i, first.request, params, false));
-        sequences_of_[first.request_id].push_back(child);
-        seq_ids.push_back(child);
-      }
-    }
-    for (int64_t seq_id : seq_ids) {
-      Choice& choice = choices_.at(seq_id);
-      const Sequence& seq = *scheduler_.find(seq_id);
-      StepOutput out;
-      out.request_id = choice.request_id;
-      out.index = choice.index;
-      out.n_prompt = seq.n_prompt;
-      out.n_cached_prompt = seq.n_cached_prompt;
-      if (seq.n_generated() == 0 && seq.n_preemptions == 0 && choice.index == 0) {
-        prompt_tokens_ += seq.n_prompt;
-        prompt_tokens_cached_ += seq.n_cached_prompt;
-      }
-      // Forked choices sample from the same rows: each from a copy (and logprobs from the raw logits).
-      std::vector<float> work(rows, rows + static_cast<size_t>(c.n_logits) * n_vocab);  // [c.n_logits, n_vocab]
-      const std::vector<float> raw = choice.request->top_logprobs >= 0 ? work : std::vector<float>();
-      const std::vector<int32_t> tokens = next_tokens(choice, seq, c, work.data());
-      // Accepted drafts join the sequence (their KV is kept); then its tokens are emitted up to a stop
-      // token (not emitted) or the length limit.
-      const int32_t n_generated = seq.n_generated(), n_tokens = seq.n_tokens();
-      scheduler_.accept_drafts(seq_id, static_cast<int32_t>(tokens.size()) - 1);
-      for (size_t i = 0; i < tokens.size() && out.finish == FinishReason::None; ++i) {
-        const auto& stops = choice.request->stop_tokens;
-        if (std::find(stops.begin(), stops.end(), tokens[i]) != stops.end()) {
-          out.finish = FinishReason::Stop;
-          break;
-        }
-        out.tokens.push_back(with_logprobs(choice, tokens[i], raw.empty() ? nullptr : raw.data() + i * n_vocab));
-        ++generated_tokens_;
-        const auto n_out = static_cast<int32_t>(out.tokens.size());
-        if (n_generated + n_out >= choice.request->max_tokens || n_tokens + n_out >= max_seq_len_)
-          out.finish = FinishReason::Length;
-      }
-      if (out.finish == FinishReason::None) scheduler_.append_token(seq_id, tokens.back());
-      if (out.finish != FinishReason::None) {
-        end_sequence(seq_id);
-        auto& ids = sequences_of_[out.request_id];
-        ids.erase(std::find(ids.begin(), ids.end(), seq_id));
-        if (ids.empty()) sequences_of_.erase(out.request_id);
-      }
-      outputs.push_back(std::move(out));
-    }
+  }
+  if (decode_only) {
+    decode_step_s_ += clock_.elapsed_s() - start_s;
+    ++decode_steps_;
   }
   if (speculative_) {
-    // Pure decode steps (every chunk a decode or a verification) tell the controller what a token cost.
-    bool decode_only = true, speculated = false;
-    for (const ScheduledChunk& c : plan.chunks) {
-      decode_only = decode_only && c.n_logits == c.n_tokens();
-      speculated = speculated || c.n_logits > 1;
-    }
+    // Pure decode steps tell the controller what a token cost.
+    bool speculated = false;
+    for (const ScheduledChunk& c : plan.chunks) speculated = speculated || c.n_logits > 1;
     int32_t n_tokens = 0;
     for (const StepOutput& o : outputs) n_tokens += static_cast<int32_t>(o.tokens.size());
     if (decode_only && !prompt_catch_up) spec_control_.record(n_decoding, speculated, clock_.elapsed_s() - start_s, n_tokens);
@@ -321,7 +373,7 @@ int64_t Engine::kv_tokens_filled() const {
 
 EngineStats Engine::stats() const {
   EngineStats s;
-  s.n_waiting = scheduler_.n_waiting();
+  s.n_waiting = scheduler_.n_waiting() + prefilling_.size();
   s.n_running = scheduler_.n_running();
   s.kv_block_size = config_.scheduler.block_size;
   const BlockPool& pool = pages_.pool();
@@ -332,6 +384,9 @@ EngineStats Engine::stats() const {
   s.kv_tokens_used = kv_tokens_filled();
   s.expert_tokens = runner_.expert_tokens();
   s.forward_seconds = forward_s_;
+  s.decode_step_seconds = decode_step_s_;
+  s.decode_steps = decode_steps_;
+  if (prefill_) s.disaggregation = prefill_->stats();
   if (const ProcessGroups* groups = model_.process_groups()) {
     s.tensor_parallel_ranks = groups->tp();
     s.pipeline_stages = groups->pp();

@@ -14,9 +14,15 @@
 // sends every step plan to the other ranks, which run it in follow_step_plans (engine/step_plan_relay.h);
 // destroying the engine lets them stop. No speculative decoding there.
 //
+// Prefill/decode disaggregation (config.prefill_world): the engine runs on rank 0 and decodes; each new
+// prompt goes to a prefill rank (engine/prefill_client.h), and once its KV pages and logits are back the
+// sequence joins the running set with pages of its own (Scheduler::add_prefilled) and samples its first
+// token. A sequence preempted later is recomputed here. The prefix cache lives on the prefill ranks.
+//
 // Contract: not thread-safe. One thread (the server's engine thread) makes every call.
 #pragma once
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -27,6 +33,7 @@
 #include "core/timer.h"
 #include "dist/communicator.h"
 #include "engine/model_runner.h"
+#include "engine/prefill_client.h"
 #include "engine/scheduler.h"
 #include "kv/kv_manager.h"
 #include "kv/kv_storage.h"
@@ -45,6 +52,9 @@ struct EngineConfig {
   int32_t max_seq_len = 0;      // most tokens per sequence (0: the model's training context), capped by the pool
   SchedulerConfig scheduler;    // its block_size is the page size
   SpeculativeConfig spec;       // used with a draft model, or when spec.ngram > 0
+  // Prefill/decode disaggregation: ranks 1.. of this world prefill every prompt, this engine (rank 0)
+  // decodes. Null: prompts are computed here.
+  Communicator* prefill_world = nullptr;
 };
 
 struct Request {
@@ -99,6 +109,9 @@ struct EngineStats {
   int32_t tensor_parallel_ranks = 1, pipeline_stages = 1, expert_parallel_ranks = 1, context_parallel_ranks = 1;
   std::vector<int64_t> expert_tokens;  // [n_expert] (token, expert) pairs routed so far (mixtures of experts)
   CommStats comm;            // split: rank 0's messages so far (plans relayed, all-reduces, gathers, activations)
+  DisaggregationStats disaggregation;  // prefill/decode disaggregation (prefill_ranks 0: off)
+  double decode_step_seconds = 0;      // wall time of steps that only decoded (no prompt chunk) so far
+  int64_t decode_steps = 0;
   double forward_seconds = 0;        // wall time inside forward passes so far
   double pipeline_wait_seconds = 0;  // of which rank 0 (the first stage) waited on later stages
 };
@@ -116,8 +129,11 @@ class Engine {
   // Ends every choice of the request now; its blocks are released and a Cancelled output follows.
   void cancel(int64_t request_id);
   std::vector<StepOutput> step();
-  bool has_work() const { return scheduler_.has_work() || !cancelled_.empty(); }
+  bool has_work() const { return scheduler_.has_work() || !cancelled_.empty() || !prefilling_.empty(); }
 
+  // Disaggregated: step() also takes the prefill ranks' messages (their state for /metrics), so the
+  // serving loop calls it now and then while idle.
+  bool polls_while_idle() const { return prefill_ != nullptr; }
   EngineStats stats() const;
   int32_t max_seq_len() const { return max_seq_len_; }
   const BlockPool& block_pool() const { return pages_.pool(); }
@@ -144,6 +160,11 @@ class Engine {
   std::vector<int32_t> next_tokens(Choice& choice, const Sequence& seq, const ScheduledChunk& c, float* rows);
   // logits: [n_vocab] raw, read only when the request asks for logprobs.
   GeneratedToken with_logprobs(const Choice& choice, int32_t token, const float* logits) const;
+  // The sampling chunk's outputs: its token(s) for each choice of its sequence (forking the other choices
+  // the first time). rows: [c.n_logits, n_vocab] its logits.
+  void emit(const ScheduledChunk& c, const float* rows, std::vector<StepOutput>& outputs);
+  // Disaggregated: prompts whose KV arrived join the running set while pages allow, and sample.
+  void admit_prefilled(std::vector<StepOutput>& outputs);
   void end_sequence(int64_t seq_id);
   int64_t kv_tokens_filled() const;
   double pipeline_wait_s() const;  // time inside pipeline messages so far (0 unless split)  // positions of in-use blocks holding a token (shared blocks once)
@@ -156,6 +177,9 @@ class Engine {
   Scheduler scheduler_;
   ModelRunner runner_;
   std::unique_ptr<class StepPlanRelay> relay_;  // split over processes: sends each plan to the other ranks
+  std::unique_ptr<PrefillClient> prefill_;        // disaggregated: the prefill ranks
+  std::map<int64_t, Sequence> prefilling_;        // disaggregated: sequences whose prompt is on a prefill rank
+  std::deque<PrefilledPrompt> prefilled_;         // arrived, waiting for pages here (in arrival order)
   std::unique_ptr<class ModelDrafter> drafter_;  // the draft model's side, when speculating with one
   bool speculative_;
   SpecStats spec_stats_;
@@ -168,6 +192,8 @@ class Engine {
   int64_t prompt_tokens_ = 0, prompt_tokens_cached_ = 0, generated_tokens_ = 0, steps_ = 0;
   double forward_s_ = 0;             // inside runner_.run
   double step_pipeline_wait_s_ = 0;  // of which inside pipeline messages
+  double decode_step_s_ = 0;         // steps that only decoded: their wall time
+  int64_t decode_steps_ = 0;
   int32_t peak_blocks_used_ = 0;
   size_t peak_running_ = 0;
   int64_t peak_unused_tokens_ = 0;

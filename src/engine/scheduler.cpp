@@ -22,6 +22,20 @@ void Scheduler::add(Sequence seq) {
   waiting_.push_back(id);
 }
 
+bool Scheduler::add_prefilled(const Sequence& prefilled) {
+  assert(!seqs_.count(prefilled.id));
+  if (static_cast<int32_t>(running_.size()) >= config_.max_running) return false;
+  std::vector<BlockCopy> copies;  // none: a new sequence shares no page
+  if (!kv_.allocate(prefilled.id, 0, prefilled.n_tokens(), copies)) return false;
+  Sequence seq = prefilled;
+  seq.n_prompt = seq.n_computed = seq.n_tokens();
+  seq.status = SequenceStatus::Running;
+  seq.arrival = next_arrival_++;
+  running_.push_back(seq.id);
+  seqs_.emplace(seq.id, std::move(seq));
+  return true;
+}
+
 Sequence* Scheduler::find(int64_t id) {
   const auto it = seqs_.find(id);
   return it == seqs_.end() ? nullptr : &it->second;

@@ -56,6 +56,11 @@ class Scheduler {
 
   // Queues a sequence (tokens holds its prompt; n_prompt is set from it). Its id must be new.
   void add(Sequence seq);
+  // A sequence whose prompt's KV was computed elsewhere (prefill/decode disaggregation): it joins the
+  // running set with pages of its own for positions [0, n_tokens), n_computed = n_tokens (the caller
+  // fills the pages, then appends its first token). False (nothing changed) while the running set is
+  // full or pages are short. Its id must be new.
+  bool add_prefilled(const Sequence& seq);
   // A new running sequence sharing every block of the running sequence `parent` (n > 1 sampling); a
   // block both will write is copied first (copy-on-write). Returns the child, or null if parent is not running.
   Sequence* fork(int64_t parent, int64_t child_id);

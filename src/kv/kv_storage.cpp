@@ -45,6 +45,40 @@ void KvStorage::copy_block(int32_t src, int32_t dst) {
   }
 }
 
+namespace {
+// Visits every (K or V) run of a page's bytes in export order: fn(address in storage, bytes).
+template <typename Fn>
+void for_page_parts(KvStorage& kv, int32_t page, Fn fn) {
+  for (int il = 0; il < kv.spec().n_layers; ++il) {
+    const KvLayerView view = kv.layer(il);
+    for (int h = 0; h < view.n_kv_heads; ++h) {
+      fn(static_cast<uint8_t*>(view.k) + view.k_page_offset(page, h), view.k_page_bytes());
+      if (!kv.spec().v_in_k) fn(static_cast<uint8_t*>(view.v) + view.v_page_offset(page, h), view.v_page_bytes());
+    }
+  }
+}
+}  // namespace
+
+size_t KvStorage::page_bytes() const {
+  size_t n = 0;  // layer() only computes addresses
+  for_page_parts(const_cast<KvStorage&>(*this), 0, [&](const uint8_t*, size_t bytes) { n += bytes; });
+  return n;
+}
+
+void KvStorage::export_page(int32_t page, uint8_t* out) {
+  for_page_parts(*this, page, [&](const uint8_t* at, size_t n) {
+    std::memcpy(out, at, n);
+    out += n;
+  });
+}
+
+void KvStorage::import_page(int32_t page, const uint8_t* in) {
+  for_page_parts(*this, page, [&](uint8_t* at, size_t n) {
+    std::memcpy(at, in, n);
+    in += n;
+  });
+}
+
 void KvStorage::set_key_centers(std::vector<float> centers) {
   const size_t want = spec_.total_kv_heads() * spec_.k_dim;
   if (!centers.empty() && centers.size() != want)

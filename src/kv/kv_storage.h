@@ -50,6 +50,13 @@ class KvStorage {
   // Copies every position of page src into page dst, in every layer and KV head (copy-on-write, and
   // prefix-cache hits that end inside a page).
   void copy_block(int32_t src, int32_t dst);
+  // One page's bytes over every layer and KV head: what export_page writes and import_page reads
+  // (prefill/decode disaggregation moves pages between processes with the same spec and key centers).
+  size_t page_bytes() const;
+  // out[page_bytes()] <- page's K/V, layer by layer, head by head (K, then V unless it lives in K).
+  void export_page(int32_t page, uint8_t* out);
+  // page's K/V <- in[page_bytes()] as export_page wrote it.
+  void import_page(int32_t page, const uint8_t* in);
   // Centers subtracted from keys before a quantized K type stores them ([layer][kv_heads(layer)][k_dim];
   // empty: none; see KvLayerView::k_center). Set them before the first write: pages written with other
   // centers would decode wrongly. Throws std::invalid_argument on a wrong size.

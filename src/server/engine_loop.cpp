@@ -58,8 +58,11 @@ void EngineLoop::run() {
     {
       std::unique_lock<std::mutex> lock(mutex_);
       const auto has_input = [&] { return stopping_ || !inbox_.empty() || !cancels_.empty(); };
-      if (!engine_.has_work()) {
-        wake_.wait(lock, [&] { return has_input() || (draining_ && n_active_ == 0); });
+      const auto woken = [&] { return has_input() || (draining_ && n_active_ == 0); };
+      if (!engine_.has_work() && engine_.polls_while_idle()) {
+        wake_.wait_for(lock, std::chrono::milliseconds(50), woken);
+      } else if (!engine_.has_work()) {
+        wake_.wait(lock, woken);
       } else if (idle) {
         wake_.wait_for(lock, std::chrono::milliseconds(1), has_input);
       }
@@ -111,7 +114,7 @@ void EngineLoop::run() {
       n_active_ -= n_done;
       stats_ = stats;
     }
-    if (on_step_ && !outputs.empty()) on_step_(outputs, stats);
+    if (on_step_ && (!outputs.empty() || engine_.polls_while_idle())) on_step_(outputs, stats);
     if (stop_now && channel_of_.empty()) break;
   }
 }

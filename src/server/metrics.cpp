@@ -165,6 +165,48 @@ std::string Metrics::render() const {
     counter("kestrel_dist_seconds_total", "Wall time rank 0 spent inside them (waiting for the others included).",
             engine.comm.seconds);
   }
+  if (const DisaggregationStats& pd = engine.disaggregation; pd.prefill_ranks > 0) {
+    // Prefill/decode disaggregation: each role's time, the KV moved between them, each prefill rank's state.
+    gauge("kestrel_pd_prefill_ranks", "Ranks that prefill prompts (--prefill-ranks); rank 0 decodes.", pd.prefill_ranks);
+    out += "# HELP kestrel_pd_prefill_time_to_first_token_seconds Prefill role: from rank 0 sending a prompt to its "
+           "logits and KV pages being on rank 0.\n# TYPE kestrel_pd_prefill_time_to_first_token_seconds summary\n"
+           "kestrel_pd_prefill_time_to_first_token_seconds_sum " + number(pd.prefill_ttft_seconds) +
+           "\nkestrel_pd_prefill_time_to_first_token_seconds_count " + std::to_string(pd.prompts) + "\n";
+    counter("kestrel_pd_prefill_queue_seconds_total", "Prefill role: time prompts waited on their prefill rank.",
+            pd.prefill_queue_seconds);
+    counter("kestrel_pd_prefill_compute_seconds_total", "Prefill role: time from admission to logits on the prefill rank.",
+            pd.prefill_compute_seconds);
+    out += "# HELP kestrel_pd_decode_time_per_output_token_seconds Decode role: wall time of rank 0's steps that only "
+           "decoded (one token per running sequence).\n# TYPE kestrel_pd_decode_time_per_output_token_seconds summary\n"
+           "kestrel_pd_decode_time_per_output_token_seconds_sum " + number(engine.decode_step_seconds) +
+           "\nkestrel_pd_decode_time_per_output_token_seconds_count " + std::to_string(engine.decode_steps) + "\n";
+    counter("kestrel_pd_kv_transfer_pages_total", "KV pages received from prefill ranks.", static_cast<double>(pd.kv_pages));
+    counter("kestrel_pd_kv_transfer_bytes_total", "KV bytes received from prefill ranks.", static_cast<double>(pd.kv_bytes));
+    auto per_rank = [&](const std::string& name, const std::string& help, const char* type, auto value) {
+      out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+      for (size_t r = 0; r < pd.workers.size(); ++r)
+        out += name + "{rank=\"" + std::to_string(r + 1) + "\"} " + number(static_cast<double>(value(pd.workers[r]))) + "\n";
+    };
+    out += "# HELP kestrel_pd_prefill_kv_blocks A prefill rank's KV blocks by state.\n# TYPE kestrel_pd_prefill_kv_blocks gauge\n";
+    for (size_t r = 0; r < pd.workers.size(); ++r) {
+      const PrefillWorkerStats& w = pd.workers[r];
+      const std::string rank = "rank=\"" + std::to_string(r + 1) + "\"";
+      out += "kestrel_pd_prefill_kv_blocks{" + rank + ",state=\"used\"} " + std::to_string(w.kv_blocks_used) + "\n";
+      out += "kestrel_pd_prefill_kv_blocks{" + rank + ",state=\"cached\"} " + std::to_string(w.kv_blocks_cached) + "\n";
+      out += "kestrel_pd_prefill_kv_blocks{" + rank + ",state=\"free\"} " +
+             std::to_string(w.kv_blocks_total - w.kv_blocks_used - w.kv_blocks_cached) + "\n";
+    }
+    per_rank("kestrel_pd_prefill_requests_running", "Prompts a prefill rank is computing.", "gauge",
+             [](const PrefillWorkerStats& w) { return w.n_running; });
+    per_rank("kestrel_pd_prefill_requests_waiting", "Prompts waiting on a prefill rank.", "gauge",
+             [](const PrefillWorkerStats& w) { return w.n_waiting; });
+    per_rank("kestrel_pd_prefill_prompt_tokens_total", "Prompt tokens a prefill rank prefilled.", "counter",
+             [](const PrefillWorkerStats& w) { return w.prompt_tokens; });
+    per_rank("kestrel_pd_prefill_cache_hit_tokens_total", "Of which its prefix cache supplied.", "counter",
+             [](const PrefillWorkerStats& w) { return w.prompt_tokens_cached; });
+    per_rank("kestrel_pd_prefill_steps_total", "Forward passes a prefill rank ran.", "counter",
+             [](const PrefillWorkerStats& w) { return w.steps; });
+  }
   if (engine.speculative) {
     const SpecStats& sp = engine.spec;
     counter("kestrel_spec_verify_steps_total", "Speculative steps that verified drafts (per sequence).",

@@ -1,8 +1,8 @@
 // Run under mpirun by tests/test_dist.cpp: every collective of the launched communicator (and send / recv,
-// split) checked against
-// what each rank can compute alone. Prints "rank R of N: ok" and exits 0, or names the first mismatch and
-// ends the job with status 1. `--fail-rank R`: rank R leaves without a word before the first collective (the others must not
-// hang); `--abort-rank R`: rank R calls Communicator::abort.
+// send_async / probe, split) checked against what each rank can compute alone. Prints "rank R of N: ok" and
+// exits 0, or names the first mismatch and ends the job with status 1. `--fail-rank R`: rank R leaves without
+// a word before the first collective (the others must not hang); `--abort-rank R`: rank R calls
+// Communicator::abort.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -82,6 +82,32 @@ int main(int argc, char** argv) {
       c.send(out, sizeof out, next);
     }
     if (in[0] != static_cast<float>(prev) || in[1] != prev + 0.5f) fail(c, "send/recv from " + std::to_string(prev));
+  }
+  // send_async / probe: every other rank sends rank 0 two messages of r + 1 and r + 2 bytes, each byte r, in
+  // the background; rank 0 probes any source until it has them all, each rank's in the order sent.
+  if (n > 1) {
+    if (r != 0) {
+      c.send_async(std::vector<uint8_t>(static_cast<size_t>(r + 1), static_cast<uint8_t>(r)), 0);
+      c.send_async(std::vector<uint8_t>(static_cast<size_t>(r + 2), static_cast<uint8_t>(r)), 0);
+      while (c.sends_in_flight() > 0) {}
+    } else {
+      if (c.probe(0)) fail(c, "probe found a message rank 0 never sent itself");
+      std::vector<int> seen(static_cast<size_t>(n), 0);  // [n] messages taken from each rank
+      for (int got = 0; got < 2 * (n - 1);) {
+        const auto incoming = c.probe(kestrel::Communicator::kAnySource);
+        if (!incoming) continue;
+        const int from = incoming->source;
+        std::vector<uint8_t> bytes(incoming->bytes);
+        c.recv(bytes.data(), bytes.size(), from);
+        if (from < 1 || from >= n || bytes.size() != static_cast<size_t>(from + 1 + seen[static_cast<size_t>(from)]))
+          fail(c, "send_async from " + std::to_string(from) + ": " + std::to_string(bytes.size()) + " bytes");
+        for (uint8_t b : bytes)
+          if (b != from) fail(c, "send_async bytes from " + std::to_string(from));
+        ++seen[static_cast<size_t>(from)];
+        ++got;
+      }
+    }
+    c.barrier();
   }
   // split: even and odd ranks, ranked in reverse; a sum within each part
   {

@@ -41,5 +41,5 @@ PY
   done
 done
 rm -f "$log.got"
-curl -s "http://127.0.0.1:$port/metrics" | grep -E '^kestrel_(tensor_parallel|pipeline|expert_parallel|context_parallel|expert_rank|dist|router|replica)_' || true
+curl -s "http://127.0.0.1:$port/metrics" | grep -E '^kestrel_(tensor_parallel|pipeline|expert_parallel|context_parallel|expert_rank|dist|router|replica|pd)_|^kestrel_prefix_cache_hit' || true
 echo "serve equals generate on ${#prompts[@]} prompts, alone and 6 concurrent"
