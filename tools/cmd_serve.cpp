@@ -95,19 +95,6 @@ std::unique_ptr<Communicator> launch_disaggregated(const ServeArgs& a) {
   return nullptr;
 }
 
-// A prefill rank (disaggregated): computes the prompts rank 0 sends and sends back their KV pages until
-// rank 0 stops. Signals are rank 0's to handle.
-int prefill_serving(const ServeArgs& a, const Model& model, Communicator& world) {
-  std::signal(SIGINT, SIG_IGN);
-  std::signal(SIGTERM, SIG_IGN);
-  int32_t n_blocks = 0;
-  world.broadcast_patiently(&n_blocks, sizeof n_blocks, 0);
-  if (n_blocks <= 0) return 1;
-  ThreadPool pool(a.threads);
-  serve_prefills(world, model, pool, engine_config(a, n_blocks));
-  return 0;
-}
-
 // Split over processes: rank 0 tells the other ranks how many KV pages to make once it is ready to serve, or 0
 // when it cannot start (then they exit too). Waited for patiently: rank 0 may take a while.
 class FollowerStart {
@@ -126,15 +113,20 @@ class FollowerStart {
   bool sent_ = false;
 };
 
-// A rank other than 0: no HTTP, tokenizer or scheduler; it runs rank 0's step plans on its shard until
-// rank 0 stops. Signals are rank 0's to handle (it drains, then stops the followers).
-int follow_serving(const ServeArgs& a, const Model& model, Communicator& world) {
+// A rank other than 0: no HTTP, tokenizer or scheduler. Split model: it runs rank 0's step plans on its shard;
+// disaggregated: it prefills the prompts rank 0 sends and sends back their KV pages. Either until rank 0
+// stops. Signals are rank 0's to handle (it drains, then stops the others).
+int follow_rank_zero(const ServeArgs& a, const Model& model, Communicator& world, bool disaggregated) {
   std::signal(SIGINT, SIG_IGN);
   std::signal(SIGTERM, SIG_IGN);
   int32_t n_blocks = 0;
   world.broadcast_patiently(&n_blocks, sizeof n_blocks, 0);
   if (n_blocks <= 0) return 1;
   ThreadPool pool(a.threads);
+  if (disaggregated) {
+    serve_prefills(world, model, pool, engine_config(a, n_blocks));
+    return 0;
+  }
   KvStorage kv(model.kv_spec(n_blocks, a.block_size, a.kv_types));  // this rank's KV heads, rank 0's page ids
   center_keys(kv, model, pool);  // as the Engine does on rank 0 (a collective forward for quantized K)
   ModelRunner runner(model, pool, kv);
@@ -157,7 +149,7 @@ int run_serve(ServeArgs& a) {
   auto model = load_model(a.model, world.rank() != 0, groups.get());
   if (!model && world.size() > 1) world.abort("error: the model did not load on rank " + std::to_string(world.rank()), 1);
   if (!model || !kv_types_fit(*model, a.kv_types)) return 1;
-  if (world.rank() != 0) return disaggregated ? prefill_serving(a, *model, world) : follow_serving(a, *model, world);
+  if (world.rank() != 0) return follow_rank_zero(a, *model, world, disaggregated);
   FollowerStart followers(world);
   auto tokenizer = Tokenizer::from_gguf(model->file());
   if (!tokenizer.ok() || !tokenizer->has_vocab()) {
