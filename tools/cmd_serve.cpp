@@ -1,4 +1,5 @@
 // kestrel serve: the OpenAI-compatible HTTP server (flags as llama-server's where they overlap).
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -149,6 +150,11 @@ int run_serve(ServeArgs& a) {
   auto model = load_model(a.model, world.rank() != 0, groups.get());
   if (!model && world.size() > 1) world.abort("error: the model did not load on rank " + std::to_string(world.rank()), 1);
   if (!model || !kv_types_fit(*model, a.kv_types)) return 1;
+  // Every rank makes as many KV pages as rank 0; a --kv-memory budget must hold on the rank whose share of
+  // the layers and heads takes the most bytes per token (pipeline stages may hold more layers than rank 0's).
+  const float own_bytes_per_token = static_cast<float>(model->kv_spec(1, a.block_size, a.kv_types).bytes_per_token());
+  std::vector<float> bytes_per_token(static_cast<size_t>(world.size()));  // [ranks]
+  world.all_gather(&own_bytes_per_token, 1, bytes_per_token.data());
   if (world.rank() != 0) return follow_rank_zero(a, *model, world, disaggregated);
   FollowerStart followers(world);
   auto tokenizer = Tokenizer::from_gguf(model->file());
@@ -192,7 +198,7 @@ int run_serve(ServeArgs& a) {
   }
   int32_t n_blocks = (a.ctx + a.block_size - 1) / a.block_size;
   // A draft model keeps its own KV for as many tokens as the target's: a token costs both.
-  const size_t kv_bytes_per_token = model->kv_spec(1, a.block_size, a.kv_types).bytes_per_token() +
+  const size_t kv_bytes_per_token = static_cast<size_t>(*std::max_element(bytes_per_token.begin(), bytes_per_token.end())) +
                                     (draft ? draft->kv_spec(1, a.block_size, a.kv_types).bytes_per_token() : 0);
   if (!a.kv_memory.empty()) {
     // A byte budget: a smaller KV type holds more tokens in the same memory.

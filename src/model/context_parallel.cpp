@@ -65,8 +65,7 @@ void Model::forward_context_parallel(ThreadPool& pool, const ModelInput& batch, 
                          batch.block_tables.subspan(b0, n_loc), {}};
   const size_t n_act = static_cast<size_t>(n_loc) * E;
   float* x = ws.get(Buffer::Residual, n_act);  // [n_loc, n_embd] this slice's residual stream
-  const TensorView& embd = *weights_.token_embd;
-  for (int t = 0; t < n_loc; ++t) dequantize_row(embd.type, embd.row(local.tokens[t]), x + static_cast<size_t>(t) * E, E);
+  embed(local, x);
   const TensorView* freq_factors = weights_.rope_freqs;
   const ops::RopeTable rope = ops::rope_table(batch.positions, hp.n_rot, hp.rope_freq_base,
                                               freq_factors ? reinterpret_cast<const float*>(freq_factors->data) : nullptr);
@@ -79,34 +78,24 @@ void Model::forward_context_parallel(ThreadPool& pool, const ModelInput& batch, 
     };
     const ops::MatmulInput attn_in{x, reinterpret_cast<const float*>(L.attn_norm->data), hp.rms_eps};
     layers::attention(pool, packed_, hp, hp.layer(il), *arch_, L, local_rope, local, layer_kv, attn_in, x, ws, ring);
-    const ops::MatmulInput ffn_in{x, reinterpret_cast<const float*>(L.ffn_norm->data), hp.rms_eps};
-    if (L.ffn_router) {
-      float* h = ws.get(Buffer::Normed, n_act);  // [n_loc, n_embd] normalised input of the block
-      ops::rmsnorm(pool, x, ffn_in.norm_weight, h, n_loc, E, hp.rms_eps);
-      layers::ffn_moe(pool, packed_, hp, L, h, x, n_loc, ws);
-    } else {
-      layers::ffn_dense(pool, packed_.matrix(*L.ffn_gate), packed_.matrix(*L.ffn_up), packed_.matrix(*L.ffn_down),
-                        ffn_in, x, n_loc, ws, ops::Accumulate::Yes);
-    }
+    ffn(pool, il, x, n_loc, ws);
   }
   // The wanted rows this slice holds, then every rank's summed: [n_out, n_vocab], zeros but for its rows.
   const int n_out = static_cast<int>(batch.logits_rows.size());
   const size_t n_vocab = static_cast<size_t>(hp.n_vocab);
-  std::vector<int> mine;  // indices into logits_rows
+  std::vector<int> mine;           // indices into logits_rows
+  std::vector<int32_t> mine_rows;  // [mine] their rows in this slice
   for (int i = 0; i < n_out; ++i)
-    if (batch.logits_rows[i] >= b0 && batch.logits_rows[i] < e0) mine.push_back(i);
+    if (batch.logits_rows[i] >= b0 && batch.logits_rows[i] < e0) {
+      mine.push_back(i);
+      mine_rows.push_back(batch.logits_rows[i] - b0);
+    }
   std::fill_n(logits, static_cast<size_t>(n_out) * n_vocab, 0.f);
-  if (!mine.empty()) {
-    const int m = static_cast<int>(mine.size());
-    float* last = ws.get(Buffer::Last, static_cast<size_t>(m) * E);  // [m, n_embd]
-    for (int i = 0; i < m; ++i)
-      std::copy_n(x + static_cast<size_t>(batch.logits_rows[mine[i]] - b0) * E, E, last + static_cast<size_t>(i) * E);
-    ops::rmsnorm(pool, last, reinterpret_cast<const float*>(weights_.output_norm->data), last, m, E, hp.rms_eps);
-    float* rows = ws.get(Buffer::Logits, static_cast<size_t>(m) * n_vocab);  // [m, n_vocab]
-    ops::matmul(pool, packed_.matrix(*weights_.output), last, rows, m);
-    for (int i = 0; i < m; ++i)
-      std::copy_n(rows + static_cast<size_t>(i) * n_vocab, n_vocab, logits + static_cast<size_t>(mine[i]) * n_vocab);
-  }
+  const int m = static_cast<int>(mine.size());
+  float* rows = ws.get(Buffer::Logits, static_cast<size_t>(m) * n_vocab);  // [m, n_vocab]
+  project_logits(pool, {local.tokens, local.positions, local.block_tables, mine_rows}, x, rows, ws);
+  for (int i = 0; i < m; ++i)
+    std::copy_n(rows + static_cast<size_t>(i) * n_vocab, n_vocab, logits + static_cast<size_t>(mine[i]) * n_vocab);
   cp_->all_reduce_sum(logits, static_cast<size_t>(n_out) * n_vocab);
 }
 

@@ -166,23 +166,29 @@ void Model::forward(ThreadPool& pool, const ModelInput& batch, KvStorage& kv, fl
   forward(pool, batch, kv, logits, ws);
 }
 
-// Step order per layer: norm -> attention -> residual add -> norm -> FFN (dense or MoE) -> residual add.
-// After the last layer only the rows whose logits are wanted are normalised and projected.
 void Model::forward(ThreadPool& pool, const ModelInput& batch, KvStorage& kv, float* logits, ForwardWorkspace& ws) const {
+  const int n_tok = batch.n_tokens();
+  if (cp_ && splits_by_context(n_tok, cp_->size())) return forward_context_parallel(pool, batch, kv, logits, ws);
+  if (pp_) return forward_pipeline(pool, batch, kv, logits, ws);
+  float* x = ws.get(ForwardWorkspace::Buffer::Residual, static_cast<size_t>(n_tok) * hparams_.n_embd);  // [n_tok, n_embd]
+  embed(batch, x);
+  run_layers(pool, batch, kv, x, ws);
+  project_logits(pool, batch, x, logits, ws);
+}
+
+void Model::embed(const ModelInput& batch, float* x) const {
+  const TensorView& embd = *weights_.token_embd;
+  const int E = hparams_.n_embd;
+  for (int t = 0; t < batch.n_tokens(); ++t)
+    dequantize_row(embd.type, embd.row(batch.tokens[t]), x + static_cast<size_t>(t) * E, E);
+}
+
+// Step order per layer: norm -> attention -> residual add -> norm -> FFN (dense or MoE) -> residual add.
+void Model::run_layers(ThreadPool& pool, const ModelInput& batch, KvStorage& kv, float* x, ForwardWorkspace& ws) const {
   using Buffer = ForwardWorkspace::Buffer;
   const HParams& hp = hparams_;
   const int n_tok = batch.n_tokens(), E = hp.n_embd;
-  if (cp_ && splits_by_context(n_tok, cp_->size())) return forward_context_parallel(pool, batch, kv, logits, ws);
   const size_t n_act = static_cast<size_t>(n_tok) * E;
-  float* x = ws.get(Buffer::Residual, n_act);  // [n_tok, n_embd] residual stream: each block adds its output
-  const int stage = pp_ ? pp_->rank() : 0, last_stage = pp_ ? pp_->size() - 1 : 0;
-  if (stage == 0) {
-    const TensorView& embd = *weights_.token_embd;
-    for (int t = 0; t < n_tok; ++t) dequantize_row(embd.type, embd.row(batch.tokens[t]), x + static_cast<size_t>(t) * E, E);
-  } else {
-    pp_->recv(x, n_act * sizeof(float), stage - 1);  // the residual stream after the stage before
-  }
-
   // Latent attention rotates only its shared key and query parts, without frequency factors.
   const TensorView* freq_factors = arch_->latent_attention ? nullptr : weights_.rope_freqs;
   const ops::RopeTable rope = ops::rope_table(batch.positions, hp.n_rot, hp.rope_freq_base,
@@ -204,36 +210,48 @@ void Model::forward(ThreadPool& pool, const ModelInput& batch, KvStorage& kv, fl
     } else {
       layers::attention(pool, packed_, hp, hp.layer(il), *arch_, L, rope, batch, kv.layer(il), attn_in, x, ws);
     }
-    const ops::MatmulInput ffn_in{x, reinterpret_cast<const float*>(L.ffn_norm->data), hp.rms_eps};
-    if (L.ffn_router) {
-      float* h = ws.get(Buffer::Normed, n_act);  // [n_tok, n_embd] normalised input of the block
-      ops::rmsnorm(pool, x, ffn_in.norm_weight, h, n_tok, E, hp.rms_eps);
-      if (ep_) {  // this rank's experts' share of the output, summed over the expert group
-        float* part = ws.get(Buffer::Partial, n_act);  // [n_tok, n_embd]
-        std::fill_n(part, n_act, 0.f);
-        layers::ffn_moe(pool, packed_, hp, L, h, part, n_tok, ws, {expert_begin_, expert_end_, ep_->rank() == 0});
-        add_all_ranks(*ep_, part, x, n_act);
-      } else {
-        layers::ffn_moe(pool, packed_, hp, L, h, x, n_tok, ws);
-      }
-    } else if (tp_) {  // this rank's channels' share, summed over the ranks
-      float* part = ws.get(Buffer::Partial, n_act);  // [n_tok, n_embd]
-      layers::ffn_dense(pool, packed_.matrix(*L.ffn_gate), packed_.matrix(*L.ffn_up), packed_.matrix(*L.ffn_down),
-                        ffn_in, part, n_tok, ws, ops::Accumulate::No, hp.layer(il).down_channel_begin);
-      add_all_ranks(*tp_, part, x, n_act);
-    } else {
-      layers::ffn_dense(pool, packed_.matrix(*L.ffn_gate), packed_.matrix(*L.ffn_up), packed_.matrix(*L.ffn_down),
-                        ffn_in, x, n_tok, ws, ops::Accumulate::Yes);
-    }
+    ffn(pool, il, x, n_tok, ws);
   }
+}
 
-  const int n_out = static_cast<int>(batch.logits_rows.size());
-  if (stage != last_stage) {
-    pp_->send(x, n_act * sizeof(float), stage + 1);
-    pp_->broadcast(logits, static_cast<size_t>(n_out) * hp.n_vocab * sizeof(float), last_stage);
-    return;
+// The FFN block of layer il on x [n_tok, n_embd], its output added in: dense or mixture of experts, this
+// rank's share summed over its tensor- or expert-parallel group.
+void Model::ffn(ThreadPool& pool, int il, float* x, int n_tok, ForwardWorkspace& ws) const {
+  using Buffer = ForwardWorkspace::Buffer;
+  const HParams& hp = hparams_;
+  const LayerWeights& L = weights_.layers[static_cast<size_t>(il)];
+  const int E = hp.n_embd;
+  const size_t n_act = static_cast<size_t>(n_tok) * E;
+  const ops::MatmulInput ffn_in{x, reinterpret_cast<const float*>(L.ffn_norm->data), hp.rms_eps};
+  if (L.ffn_router) {
+    float* h = ws.get(Buffer::Normed, n_act);  // [n_tok, n_embd] normalised input of the block
+    ops::rmsnorm(pool, x, ffn_in.norm_weight, h, n_tok, E, hp.rms_eps);
+    if (ep_) {  // this rank's experts' share of the output, summed over the expert group
+      float* part = ws.get(Buffer::Partial, n_act);  // [n_tok, n_embd]
+      std::fill_n(part, n_act, 0.f);
+      layers::ffn_moe(pool, packed_, hp, L, h, part, n_tok, ws, {expert_begin_, expert_end_, ep_->rank() == 0});
+      add_all_ranks(*ep_, part, x, n_act);
+    } else {
+      layers::ffn_moe(pool, packed_, hp, L, h, x, n_tok, ws);
+    }
+  } else if (tp_) {  // this rank's channels' share, summed over the ranks
+    float* part = ws.get(Buffer::Partial, n_act);  // [n_tok, n_embd]
+    layers::ffn_dense(pool, packed_.matrix(*L.ffn_gate), packed_.matrix(*L.ffn_up), packed_.matrix(*L.ffn_down),
+                      ffn_in, part, n_tok, ws, ops::Accumulate::No, hp.layer(il).down_channel_begin);
+    add_all_ranks(*tp_, part, x, n_act);
+  } else {
+    layers::ffn_dense(pool, packed_.matrix(*L.ffn_gate), packed_.matrix(*L.ffn_up), packed_.matrix(*L.ffn_down),
+                      ffn_in, x, n_tok, ws, ops::Accumulate::Yes);
   }
-  float* last = ws.get(Buffer::Last, static_cast<size_t>(n_out) * E);  // [n_out, n_embd]
+}
+
+// Only the rows whose logits are wanted are normalised and projected.
+void Model::project_logits(ThreadPool& pool, const ModelInput& batch, const float* x, float* logits,
+                           ForwardWorkspace& ws) const {
+  const HParams& hp = hparams_;
+  const int n_out = static_cast<int>(batch.logits_rows.size()), E = hp.n_embd;
+  if (n_out == 0) return;  // (alike on every rank of a tensor-parallel group: no gather either)
+  float* last = ws.get(ForwardWorkspace::Buffer::Last, static_cast<size_t>(n_out) * E);  // [n_out, n_embd]
   for (int i = 0; i < n_out; ++i)
     std::copy_n(x + static_cast<size_t>(batch.logits_rows[i]) * E, E, last + static_cast<size_t>(i) * E);
   ops::rmsnorm(pool, last, reinterpret_cast<const float*>(weights_.output_norm->data), last, n_out, E, hp.rms_eps);
@@ -241,7 +259,6 @@ void Model::forward(ThreadPool& pool, const ModelInput& batch, KvStorage& kv, fl
   if (ws.observer) ws.observer->observe(std::span<const WeightMatrix>(&output, 1), last, n_out);
   if (tp_) gather_logits(pool, output, last, n_out, logits, ws);
   else ops::matmul(pool, output, last, logits, n_out);
-  if (pp_) pp_->broadcast(logits, static_cast<size_t>(n_out) * hp.n_vocab * sizeof(float), last_stage);
 }
 
 // Each rank's rows of the output matrix, gathered into [n_out, n_vocab] on every rank: the local rows go

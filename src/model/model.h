@@ -74,6 +74,14 @@ class Model {
   // A batch split by position over the context-parallel ranks (model/context_parallel.h).
   void forward_context_parallel(ThreadPool& pool, const ModelInput& batch, KvStorage& kv, float* logits,
                                 ForwardWorkspace& ws) const;
+  // A batch through this pipeline stage's layers, as micro-batches (model/pipeline_parallel.h).
+  void forward_pipeline(ThreadPool& pool, const ModelInput& batch, KvStorage& kv, float* logits,
+                        ForwardWorkspace& ws) const;
+  // The stages of a forward pass: x [n_tok, n_embd] is the residual stream, logits [logits_rows, n_vocab].
+  void embed(const ModelInput& batch, float* x) const;
+  void run_layers(ThreadPool& pool, const ModelInput& batch, KvStorage& kv, float* x, ForwardWorkspace& ws) const;
+  void ffn(ThreadPool& pool, int il, float* x, int n_tok, ForwardWorkspace& ws) const;
+  void project_logits(ThreadPool& pool, const ModelInput& batch, const float* x, float* logits, ForwardWorkspace& ws) const;
   void gather_logits(ThreadPool& pool, const WeightMatrix& output, const float* last, int n_out, float* logits,
                      ForwardWorkspace& ws) const;
   GgufFile file_;
