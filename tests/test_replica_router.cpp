@@ -119,5 +119,45 @@ TEST(ReplicaRouter, ServeWithTwoReplicasAnswersWhatOneProcessGenerates) {
   }
 }
 
+#if KESTREL_HAVE_MPI
+// Replicas on their own ranks (`mpirun -np D*G serve --dp D ...`): rank 0 schedules every replica and the
+// remote ones run their forward passes on their ranks; the text is one process's, and replica 1 (on other
+// ranks) computed prompts.
+TEST(ReplicaRouter, ReplicasOnOtherRanksAnswerWhatOneProcessGenerates) {
+  KESTREL_REQUIRE_SHARED(shared);
+  const std::string script = std::string(KESTREL_SOURCE_DIR) + "/tests/scripts/serve_equals_generate.sh";
+  struct Case {
+    int processes;
+    std::string flags;
+  };
+  for (const Case& c : {Case{2, "--dp 2 --dp-policy round-robin"}, Case{4, "--dp 2 --tp 2 --dp-policy cache"}}) {
+    SCOPED_TRACE(c.flags);
+    std::string out;
+    EXPECT_EQ(test::run_command(std::string(test::kMpiAsRoot) + " KESTREL_LAUNCHER='" +
+                                    test::mpirun_launcher(c.processes, 300) + "' SERVE_ARGS='" + c.flags + " -t 1' bash " +
+                                    script + " " + KESTREL_BINARY + " " + shared + "/models/stories260K/stories260K.gguf 2>&1",
+                                out),
+              0)
+        << out;
+    EXPECT_NE(out.find("serve equals generate on 6 prompts"), std::string::npos) << out;
+    const std::string tokens = "kestrel_replica_prompt_tokens_total{replica=\"1\"} ";
+    const size_t at = out.find(tokens);
+    ASSERT_NE(at, std::string::npos) << out;
+    EXPECT_GT(std::stol(out.substr(at + tokens.size())), 0) << out;
+  }
+}
+
+TEST(ReplicaRouter, ReplicasOverRanksThatDoNotDivideAreRefused) {
+  KESTREL_REQUIRE_SHARED(shared);
+  std::string out;
+  const int status = test::run_command(test::mpirun_command(3, std::string(KESTREL_BINARY) + " serve -m " + shared +
+                                                                   "/models/stories260K/stories260K.gguf --dp 2 -t 1"),
+                                       out);
+  EXPECT_NE(status, 0);
+  EXPECT_NE(status, 124) << out;
+  EXPECT_NE(out.find("do not split into --dp 2 replicas"), std::string::npos) << out;
+}
+#endif
+
 }  // namespace
 }  // namespace kestrel

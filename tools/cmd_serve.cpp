@@ -114,40 +114,50 @@ class FollowerStart {
   bool sent_ = false;
 };
 
-// A rank other than 0: no HTTP, tokenizer or scheduler. Split model: it runs rank 0's step plans on its shard;
-// disaggregated: it prefills the prompts rank 0 sends and sends back their KV pages. Either until rank 0
-// stops. Signals are rank 0's to handle (it drains, then stops the others).
-int follow_rank_zero(const ServeArgs& a, const Model& model, Communicator& world, bool disaggregated) {
+// A rank other than 0: no HTTP, tokenizer or scheduler. Split model: it runs its replica's step plans on its
+// shard (a replica's leader takes them from rank 0 over its link and returns the logits, the other ranks
+// from their replica's first rank); disaggregated (ranks null): it prefills the prompts rank 0 sends and
+// sends back their KV pages. Either until rank 0 stops. Signals are rank 0's to handle (it drains, then
+// stops the others).
+int follow_rank_zero(const ServeArgs& a, const Model& model, Communicator& job, const DataParallelRanks* ranks) {
   std::signal(SIGINT, SIG_IGN);
   std::signal(SIGTERM, SIG_IGN);
   int32_t n_blocks = 0;
-  world.broadcast_patiently(&n_blocks, sizeof n_blocks, 0);
+  job.broadcast_patiently(&n_blocks, sizeof n_blocks, 0);
   if (n_blocks <= 0) return 1;
   ThreadPool pool(a.threads);
-  if (disaggregated) {
-    serve_prefills(world, model, pool, engine_config(a, n_blocks));
+  if (!ranks) {
+    serve_prefills(job, model, pool, engine_config(a, n_blocks));
     return 0;
   }
   KvStorage kv(model.kv_spec(n_blocks, a.block_size, a.kv_types));  // this rank's KV heads, rank 0's page ids
   center_keys(kv, model, pool);  // as the Engine does on rank 0 (a collective forward for quantized K)
   ModelRunner runner(model, pool, kv);
-  follow_step_plans(world, runner);
+  Communicator& replica = *ranks->groups->world;
+  if (!ranks->leader()) {
+    follow_step_plans(replica, runner);
+    return 0;
+  }
+  std::unique_ptr<StepPlanRelay> relay = replica.size() > 1 ? std::make_unique<StepPlanRelay>(replica) : nullptr;
+  lead_replica(*ranks->links.at(0), runner, relay.get(), model.hparams().n_vocab);
   return 0;
 }
 
 int run_serve(ServeArgs& a) {
   // Split over processes: the model (--tp, --pp, --ep, --cp), or its work by role (--prefill-ranks).
+  // Data parallel over ranks too (--dp under mpirun): replicas of the split model on their own ranks.
   const bool disaggregated = a.prefill_ranks > 0;
-  std::unique_ptr<ProcessGroups> groups;
+  std::unique_ptr<DataParallelRanks> ranks;
   std::unique_ptr<Communicator> roles;
   if (disaggregated) {
     if (!(roles = launch_disaggregated(a))) return 1;
-  } else if (!(groups = launch_processes(a.split, !a.draft_model.empty() || a.spec.ngram > 0))) {
+  } else if (!(ranks = launch_replicas(a.split, !a.draft_model.empty() || a.spec.ngram > 0, a.dp))) {
     return 1;
   }
-  Communicator& world = disaggregated ? *roles : *groups->world;
-  if (world.size() > 1 && a.dp > 1) world.abort("error: --dp runs its replicas in one process; not with --tp / --ep / --pp / --cp yet", 1);
-  auto model = load_model(a.model, world.rank() != 0, groups.get());
+  Communicator& world = disaggregated ? *roles : *ranks->job;  // every rank of the job
+  const ProcessGroups* groups = ranks ? ranks->groups.get() : nullptr;
+  const bool replicas_over_ranks = ranks && ranks->replicas > 1;
+  auto model = load_model(a.model, world.rank() != 0, groups);
   if (!model && world.size() > 1) world.abort("error: the model did not load on rank " + std::to_string(world.rank()), 1);
   if (!model || !kv_types_fit(*model, a.kv_types)) return 1;
   // Every rank makes as many KV pages as rank 0; a --kv-memory budget must hold on the rank whose share of
@@ -155,7 +165,7 @@ int run_serve(ServeArgs& a) {
   const float own_bytes_per_token = static_cast<float>(model->kv_spec(1, a.block_size, a.kv_types).bytes_per_token());
   std::vector<float> bytes_per_token(static_cast<size_t>(world.size()));  // [ranks]
   world.all_gather(&own_bytes_per_token, 1, bytes_per_token.data());
-  if (world.rank() != 0) return follow_rank_zero(a, *model, world, disaggregated);
+  if (world.rank() != 0) return follow_rank_zero(a, *model, world, ranks.get());
   FollowerStart followers(world);
   auto tokenizer = Tokenizer::from_gguf(model->file());
   if (!tokenizer.ok() || !tokenizer->has_vocab()) {
@@ -229,8 +239,11 @@ int run_serve(ServeArgs& a) {
   std::vector<std::unique_ptr<EngineLoop>> loops;
   std::vector<RequestQueue*> replicas;
   for (int r = 0; r < a.dp; ++r) {
-    pools.push_back(std::make_unique<ThreadPool>(a.threads));
-    engines.push_back(std::make_unique<Engine>(*model, *pools.back(), config, draft.get()));
+    EngineConfig replica_config = config;
+    // Replicas 1.. on other ranks: their engines schedule and sample here, their forward passes run there.
+    if (replicas_over_ranks && r > 0) replica_config.replica_link = ranks->links.at(static_cast<size_t>(r - 1)).get();
+    pools.push_back(std::make_unique<ThreadPool>(replica_config.replica_link ? 1 : a.threads));
+    engines.push_back(std::make_unique<Engine>(*model, *pools.back(), replica_config, draft.get()));
     loops.push_back(std::make_unique<EngineLoop>(
         *engines.back(), static_cast<size_t>(a.max_queue),
         [&metrics, r](const std::vector<StepOutput>&, const EngineStats& s) { metrics.engine_stats(s, static_cast<size_t>(r)); }));
@@ -252,13 +265,16 @@ int run_serve(ServeArgs& a) {
   std::fprintf(stderr, "kestrel serve: listening on http://%s:%d (model %s, %s%d threads, %d KV blocks of %d tokens: "
                "%.1f MiB at %zu bytes per token (%s%s%s), at most %d requests in flight)\n", a.server.host.c_str(),
                server.port(), a.server.model_name.c_str(),
-               a.dp > 1 ? (std::to_string(a.dp) + " data-parallel replicas (" + a.dp_policy + " routing), each ").c_str() : "",
+               a.dp > 1 ? (std::to_string(a.dp) + " data-parallel replicas (" + a.dp_policy + " routing" +
+                           (replicas_over_ranks ? ", each on its own ranks" : "") + "), each ").c_str() : "",
                a.threads, config.n_blocks, a.block_size,
                static_cast<double>(kv_bytes_per_token) * config.n_blocks * a.block_size / 1048576.0, kv_bytes_per_token,
                a.kv_types.name().c_str(), draft ? ", target and draft" : "",
                disaggregated ? (", decode rank 0 of " + std::to_string(world.size()) + ", prompts prefilled by ranks 1-" +
                                 std::to_string(world.size() - 1)).c_str()
-               : world.size() > 1 ? (", rank 0 of " + std::to_string(world.size()) + ": " + groups->describe()).c_str() : "",
+               : world.size() > 1 ? (", rank 0 of " + std::to_string(world.size()) +
+                                     (groups->split() ? ": " + groups->describe() + (replicas_over_ranks ? " each" : "") : "")).c_str()
+               : "",
                server.max_in_flight());
 
   // Ready once one real forward pass went through every engine (straight to each, past the router).
@@ -343,8 +359,9 @@ void add_serve(CLI::App& app, Action& run) {
   add_cache_type_options(cmd, args->kv_types);
   add_speculative_options(cmd, args->draft_model, args->spec, true);
   add_parallel_options(cmd, args->split);
-  cmd->add_option("--dp", args->dp, "Data-parallel replicas in this process, each with its own KV and prefix cache "
-                                    "(-t threads and -c tokens each), behind one router")
+  cmd->add_option("--dp", args->dp, "Data-parallel replicas, each with its own KV and prefix cache (-t threads and -c "
+                                    "tokens each), behind one router: in this process, or under mpirun each on its own "
+                                    "ranks (-np = dp x tp x ep x pp x cp)")
       ->check(CLI::Range(1, 64))->capture_default_str();
   cmd->add_option("--prefill-ranks", args->prefill_ranks,
                   "Prefill/decode disaggregation: ranks 1..N of mpirun compute prompts (and hold the prefix cache) and "

@@ -136,7 +136,10 @@ void add_parallel_options(CLI::App* cmd, ParallelArgs& p) {
       ->check(CLI::Range(1, 4096));
 }
 
-std::unique_ptr<ProcessGroups> launch_processes(const ParallelArgs& p, bool speculative) {
+namespace {
+// MPI's world (or this process alone) once it holds `replicas` x the grid the flags ask for; null after the
+// message otherwise (ending every rank alike when launched by mpirun).
+std::unique_ptr<Communicator> launch_world(const ParallelArgs& p, int replicas) {
   auto world = launch_communicator();
   if (!world.ok()) {
     std::fprintf(stderr, "error: %s\n", world.error().c_str());
@@ -149,18 +152,41 @@ std::unique_ptr<ProcessGroups> launch_processes(const ParallelArgs& p, bool spec
     std::fprintf(stderr, "error: %s needs %d processes: run under mpirun -np %d\n", flags.c_str(), want, want);
     return nullptr;
   }
-  if (Status s = check_process_grid(size, p.tp, p.pp, p.ep, p.cp); !s.ok()) {
-    if (size > 1) (*world)->abort("error: " + s.error(), 1);  // every rank alike
-    std::fprintf(stderr, "error: %s\n", s.error().c_str());
-    return nullptr;
-  }
-  auto groups = make_process_groups(std::move(world).value(), p.tp, p.pp, p.ep, p.cp);
+  const int over_ranks = size > 1 ? replicas : 1;  // one process: its replicas run in it
+  Status s = check_data_parallel_grid(size, over_ranks, p.tp, p.pp, p.ep, p.cp);
+  if (s.ok() && over_ranks > 1 && !(*world)->threads_at_once())
+    s = Error{"--dp over ranks needs an MPI library with MPI_THREAD_MULTIPLE"};
+  if (s.ok()) return std::move(world).value();
+  if (size > 1) (*world)->abort("error: " + s.error(), 1);  // every rank alike
+  std::fprintf(stderr, "error: %s\n", s.error().c_str());
+  return nullptr;
+}
+}  // namespace
+
+std::unique_ptr<ProcessGroups> launch_processes(const ParallelArgs& p, bool speculative) {
+  auto world = launch_world(p, 1);
+  if (!world) return nullptr;
+  const int size = world->size();
+  auto groups = make_process_groups(std::move(world), p.tp, p.pp, p.ep, p.cp);
   if (!groups.ok()) {  // not reached: the grid was checked
     std::fprintf(stderr, "error: %s\n", groups.error().c_str());
     return nullptr;
   }
   if (size > 1 && speculative) groups->world->abort("error: speculative decoding does not run split over processes yet", 1);
   return std::make_unique<ProcessGroups>(std::move(groups).value());
+}
+
+std::unique_ptr<DataParallelRanks> launch_replicas(const ParallelArgs& p, bool speculative, int dp) {
+  auto world = launch_world(p, dp);
+  if (!world) return nullptr;
+  const int size = world->size();
+  auto ranks = make_data_parallel_ranks(std::move(world), size > 1 ? dp : 1, p.tp, p.pp, p.ep, p.cp);
+  if (!ranks.ok()) {  // not reached: the grid was checked
+    std::fprintf(stderr, "error: %s\n", ranks.error().c_str());
+    return nullptr;
+  }
+  if (size > 1 && speculative) ranks->job->abort("error: speculative decoding does not run split over processes yet", 1);
+  return std::make_unique<DataParallelRanks>(std::move(ranks).value());
 }
 
 bool read_text_file(const std::string& path, std::string& out) {

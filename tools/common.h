@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "dist/data_parallel_ranks.h"
 #include "model/model.h"
 #include "quant/importance_matrix.h"
 #include "spec/spec_config.h"
@@ -50,6 +51,9 @@ void add_parallel_options(CLI::App* cmd, ParallelArgs& p);
 // local process (tp x ep x pp x cp must be 1). Prints the error and returns null, or ends every rank with a message;
 // so does speculative (a draft model or n-gram drafts asked for) over more than one process.
 std::unique_ptr<ProcessGroups> launch_processes(const ParallelArgs& p, bool speculative);
+// serve: the same with --dp replicas. Under mpirun with dp > 1 the job holds dp replicas of tp x ep x pp x cp
+// ranks each (dist/data_parallel_ranks.h); otherwise one replica (the dp replicas, if any, in this process).
+std::unique_ptr<DataParallelRanks> launch_replicas(const ParallelArgs& p, bool speculative, int dp);
 // A progress callback that draws "label [#####     ] 42%" on a terminal, and nothing otherwise.
 std::function<void(double)> progress_bar(const std::string& label);
 // A byte count such as 536870912, 512M, 512MiB, 1.5G or 2GB (K, M, G, T: powers of 1024); error otherwise.

@@ -19,6 +19,7 @@ class LocalCommunicator final : public Communicator {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   std::string backend() const override { return "local"; }
+  bool threads_at_once() const override { return true; }
   void all_reduce_sum(float*, size_t) override {}
   void broadcast(void*, size_t, int) override {}
   void broadcast_patiently(void*, size_t, int) override {}

@@ -29,6 +29,9 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual std::string backend() const = 0;  // "local" or "mpi"
+  // Whether threads of this process may make calls on different communicators at the same time
+  // (MPI_THREAD_MULTIPLE; data-parallel replicas over ranks need it). Otherwise one thread at a time.
+  virtual bool threads_at_once() const = 0;
 
   // data[n] <- the element-wise sum of every rank's data[n].
   virtual void all_reduce_sum(float* data, size_t n) = 0;

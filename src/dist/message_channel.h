@@ -4,7 +4,7 @@
 // posted messages go out in the background, arriving ones are received whole into an inbox.
 //
 // Contract: while a channel lives, its thread makes every call on the communicator (the owner makes none:
-// MPI is initialised MPI_THREAD_SERIALIZED). post/take are thread-safe. Messages from one rank to another
+// MPI may be initialised only MPI_THREAD_SERIALIZED). post/take are thread-safe. Messages from one rank to another
 // arrive in the order posted. Destroying the channel waits until everything posted was sent.
 #pragma once
 #include <chrono>

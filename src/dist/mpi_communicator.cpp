@@ -20,7 +20,8 @@ namespace {
 class MpiCommunicator final : public Communicator {
  public:
   // comm: MPI_COMM_WORLD (this communicator finalises MPI when destroyed) or one split from it (freed).
-  explicit MpiCommunicator(MPI_Comm comm) : comm_(comm) {
+  // thread_level: what MPI_Init_thread provided.
+  MpiCommunicator(MPI_Comm comm, int thread_level) : comm_(comm), thread_level_(thread_level) {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
   }
@@ -35,6 +36,7 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend() const override { return "mpi"; }
+  bool threads_at_once() const override { return thread_level_ >= MPI_THREAD_MULTIPLE; }
 
   void all_reduce_sum(float* data, size_t n) override {
     Timed t(*this, n * sizeof(float));
@@ -129,7 +131,7 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<Communicator> split(int color, int key) override {
     MPI_Comm part;
     MPI_Comm_split(comm_, color, key, &part);
-    return std::make_unique<MpiCommunicator>(part);
+    return std::make_unique<MpiCommunicator>(part, thread_level_);
   }
   [[noreturn]] void abort(const std::string& why, int code) override {
     std::fprintf(stderr, "kestrel: rank %d: %s\n", rank_, why.c_str());
@@ -161,6 +163,7 @@ class MpiCommunicator final : public Communicator {
     return r;
   }
   MPI_Comm comm_;
+  int thread_level_;
   int rank_ = 0, size_ = 1;
   std::list<AsyncSend> async_;  // a list: MPI holds the request and buffer addresses until done
 };
@@ -171,14 +174,16 @@ Result<std::unique_ptr<Communicator>> make_mpi_communicator() {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (initialized) return Error{"MPI is already initialised in this process: make one communicator per process"};
-  // Serialized: a server's engine thread makes the calls while serving, its main thread at start and end.
+  // At least serialized: a server's engine thread makes the calls while serving, its main thread at start
+  // and end. Multiple where the library has it: data-parallel replicas over ranks have an engine thread
+  // per replica on rank 0, each on its own communicator.
   int provided = 0;
-  if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) return Error{"MPI_Init_thread failed"};
+  if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) return Error{"MPI_Init_thread failed"};
   if (provided < MPI_THREAD_SERIALIZED) {
     MPI_Finalize();
     return Error{"this MPI library cannot be called from more than one thread (MPI_THREAD_SERIALIZED)"};
   }
-  return std::unique_ptr<Communicator>(std::make_unique<MpiCommunicator>(MPI_COMM_WORLD));
+  return std::unique_ptr<Communicator>(std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, provided));
 }
 
 }  // namespace kestrel

@@ -40,6 +40,15 @@ std::unique_ptr<StepPlanRelay> relay_for(const Model& model, bool speculative) {
   return std::make_unique<StepPlanRelay>(*world);
 }
 
+// A data-parallel replica on other ranks: the link to its leader.
+std::unique_ptr<ReplicaLink> remote_for(const EngineConfig& config, int32_t n_vocab, bool speculative) {
+  Communicator* link = config.replica_link;
+  if (!link) return nullptr;
+  if (speculative) link->abort("speculative decoding does not run with data-parallel replicas over ranks yet", 1);
+  if (config.prefill_world) link->abort("data-parallel replicas over ranks do not run disaggregated", 1);
+  return std::make_unique<ReplicaLink>(*link, n_vocab);
+}
+
 // Disaggregated: the client of the prefill ranks.
 std::unique_ptr<PrefillClient> prefill_client_for(const EngineConfig& config, const KvStorage& kv, int32_t n_vocab,
                                                   bool speculative) {
@@ -56,23 +65,25 @@ Engine::Engine(const Model& model, ThreadPool& pool, const EngineConfig& config,
       config_(config),
       max_seq_len_(usable_seq_len(model, config)),
       pages_(config.n_blocks, config.scheduler.block_size, config.prefix_caching),
-      kv_(model.kv_spec(config.n_blocks, config.scheduler.block_size, config.kv_types)),
+      // A replica on other ranks keeps its KV there: one page here for the runner it never runs.
+      kv_(model.kv_spec(config.replica_link ? 1 : config.n_blocks, config.scheduler.block_size, config.kv_types)),
       scheduler_(pages_, config.scheduler),
       runner_(model, pool, kv_),
-      relay_(relay_for(model, draft != nullptr || config.spec.ngram > 0)),
+      relay_(config.replica_link ? nullptr : relay_for(model, draft != nullptr || config.spec.ngram > 0)),
+      remote_(remote_for(config, model.hparams().n_vocab, draft != nullptr || config.spec.ngram > 0)),
       prefill_(prefill_client_for(config, kv_, model.hparams().n_vocab, draft != nullptr || config.spec.ngram > 0)),
       drafter_(draft ? std::make_unique<ModelDrafter>(*draft, pool, config.n_blocks, config.scheduler.block_size,
                                                       config.kv_types, config.scheduler.max_batch_tokens)
                      : nullptr),
       speculative_(draft != nullptr || config.spec.ngram > 0),
       spec_control_(config.spec.max_batch, config.spec.measured) {
-  center_keys(kv_, model, pool);
+  if (!remote_) center_keys(kv_, model, pool);  // a remote replica's ranks center their own keys
 }
 
 Engine::~Engine() = default;
 
 double Engine::pipeline_wait_s() const {
-  const ProcessGroups* groups = model_.process_groups();
+  const ProcessGroups* groups = remote_ ? nullptr : model_.process_groups();  // replica 0's, not this one's
   return groups ? groups->pipeline->stats().seconds : 0.0;
 }
 
@@ -322,7 +333,7 @@ std::vector<StepOutput> Engine::step() {
   ++steps_;
   if (relay_) relay_->send(plan);
   const double forward_start_s = clock_.elapsed_s(), waited_before_s = pipeline_wait_s();
-  std::vector<float> logits = runner_.run(plan);  // [plan.n_logits(), n_vocab]
+  std::vector<float> logits = remote_ ? remote_->run(plan) : runner_.run(plan);  // [plan.n_logits(), n_vocab]
   forward_s_ += clock_.elapsed_s() - forward_start_s;
   step_pipeline_wait_s_ += pipeline_wait_s() - waited_before_s;
   peak_running_ = std::max(peak_running_, scheduler_.n_running());
@@ -392,11 +403,15 @@ EngineStats Engine::stats() const {
     s.pipeline_stages = groups->pp();
     s.expert_parallel_ranks = groups->ep();
     s.context_parallel_ranks = groups->cp();
-    s.comm = groups->stats();
+    // A remote replica's messages are its link's (replica 0's groups belong to another engine's thread).
+    s.comm = remote_ ? remote_->stats() : groups->stats();
     s.pipeline_wait_seconds = step_pipeline_wait_s_;
   }
-  s.kv_bytes_per_token = static_cast<int64_t>(kv_.spec().bytes_per_token());
-  s.kv_bytes = static_cast<int64_t>(kv_.spec().bytes());
+  // As on rank 0 of the replica (a remote replica's pages are there, of the same spec).
+  const KvCacheSpec kv_spec = remote_ ? model_.kv_spec(config_.n_blocks, config_.scheduler.block_size, config_.kv_types)
+                                      : kv_.spec();
+  s.kv_bytes_per_token = static_cast<int64_t>(kv_spec.bytes_per_token());
+  s.kv_bytes = static_cast<int64_t>(kv_spec.bytes());
   s.kv_peak_blocks_used = peak_blocks_used_;
   s.peak_running = peak_running_;
   s.kv_peak_unused_tokens = peak_unused_tokens_;

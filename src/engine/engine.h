@@ -14,6 +14,9 @@
 // sends every step plan to the other ranks, which run it in follow_step_plans (engine/step_plan_relay.h);
 // destroying the engine lets them stop. No speculative decoding there.
 //
+// Data-parallel replica on other ranks (config.replica_link): the engine schedules and samples on rank 0
+// and each step's forward pass runs on the replica's ranks. No speculative decoding or disaggregation there.
+//
 // Prefill/decode disaggregation (config.prefill_world): the engine runs on rank 0 and decodes; each new
 // prompt goes to a prefill rank (engine/prefill_client.h), and once its KV pages and logits are back the
 // sequence joins the running set with pages of its own (Scheduler::add_prefilled) and samples its first
@@ -55,6 +58,11 @@ struct EngineConfig {
   // Prefill/decode disaggregation: ranks 1.. of this world prefill every prompt, this engine (rank 0)
   // decodes. Null: prompts are computed here.
   Communicator* prefill_world = nullptr;
+  // Data-parallel replicas over ranks (dist/data_parallel_ranks.h): this engine's replica runs on other
+  // ranks, linked to this process (rank 0) by this communicator (its leader rank 1). The engine schedules
+  // and samples here; every forward pass runs there (engine/step_plan_relay.h ReplicaLink) and the model
+  // here gives only the shapes. Null: the forward passes run here.
+  Communicator* replica_link = nullptr;
 };
 
 struct Request {
@@ -177,6 +185,7 @@ class Engine {
   Scheduler scheduler_;
   ModelRunner runner_;
   std::unique_ptr<class StepPlanRelay> relay_;  // split over processes: sends each plan to the other ranks
+  std::unique_ptr<class ReplicaLink> remote_;    // a replica on other ranks: runs each plan there instead
   std::unique_ptr<PrefillClient> prefill_;        // disaggregated: the prefill ranks
   std::map<int64_t, Sequence> prefilling_;        // disaggregated: sequences whose prompt is on a prefill rank
   std::deque<PrefilledPrompt> prefilled_;         // arrived, waiting for pages here (in arrival order)

@@ -42,4 +42,24 @@ int64_t follow_step_plans(Communicator& world, ModelRunner& runner) {
   return n_plans;
 }
 
+std::vector<float> ReplicaLink::run(const StepPlan& plan) {
+  plans_.send(plan);
+  std::vector<float> logits(static_cast<size_t>(plan.n_logits()) * static_cast<size_t>(n_vocab_));  // [n_logits, n_vocab]
+  link_.recv(logits.data(), logits.size() * sizeof(float), 1);
+  return logits;
+}
+
+int64_t lead_replica(Communicator& link, ModelRunner& runner, StepPlanRelay* relay, int32_t n_vocab) {
+  int64_t n_plans = 0;
+  std::vector<float> logits;  // [plan.n_logits(), n_vocab]
+  while (auto plan = receive_step_plan(link)) {
+    if (relay) relay->send(*plan);
+    logits.resize(static_cast<size_t>(plan->n_logits()) * static_cast<size_t>(n_vocab));
+    runner.run(*plan, logits.data());
+    link.send(logits.data(), logits.size() * sizeof(float), 0);
+    ++n_plans;
+  }
+  return n_plans;
+}
+
 }  // namespace kestrel

@@ -11,6 +11,7 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "dist/communicator.h"
 #include "engine/model_runner.h"
@@ -34,6 +35,28 @@ class StepPlanRelay {
 // A follower: runs every plan rank 0 sends until it sends stop. Returns the plans run. A plan that does not
 // decode ends every rank (Communicator::abort).
 int64_t follow_step_plans(Communicator& world, ModelRunner& runner);
+
+// Data-parallel replicas over ranks (dist/data_parallel_ranks.h): the front end's side of a replica whose
+// ranks are elsewhere. run() sends the plan over link (this process rank 0, the replica's leader rank 1) and
+// returns the logits the leader sends back. Destroying it tells the leader to stop.
+class ReplicaLink {
+ public:
+  ReplicaLink(Communicator& link, int32_t n_vocab) : link_(link), plans_(link), n_vocab_(n_vocab) {}
+
+  // logits [plan.n_logits(), n_vocab], as ModelRunner::run on the replica's ranks computed them.
+  std::vector<float> run(const StepPlan& plan);
+  const CommStats& stats() const { return link_.stats(); }
+
+ private:
+  Communicator& link_;
+  StepPlanRelay plans_;
+  int32_t n_vocab_;
+};
+
+// A replica's leader: runs every plan the front end sends over link, relaying it first to the replica's
+// other ranks (relay; null when the replica is this rank alone), and sends back its logits, until the
+// front end says stop. Returns the plans run.
+int64_t lead_replica(Communicator& link, ModelRunner& runner, StepPlanRelay* relay, int32_t n_vocab);
 
 // The follower side of one message: the next plan, or nullopt when rank 0 said stop.
 std::optional<StepPlan> receive_step_plan(Communicator& world);

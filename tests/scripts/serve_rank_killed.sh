@@ -16,7 +16,16 @@ curl -s -m 120 "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: applica
   -d '{"prompt": "Once", "max_tokens": 100000, "ignore_eos": true, "stream": true}' >/dev/null &
 client=$!
 sleep 1
-follower=$(pgrep -f -- "^$kestrel serve -m $model" | sort -n | tail -1)  # the ranks, not mpirun
+# The last rank of this job: found among the launcher's descendants by the rank Open MPI gives it, never by
+# name (other tests may run servers of the same binary and model at the same time).
+descendants() { local child; for child in $(pgrep -P "$1"); do echo "$child"; descendants "$child"; done; }
+follower=""
+for pid in $(descendants "$server"); do
+  rank=$(tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
+  size=$(tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | sed -n 's/^OMPI_COMM_WORLD_SIZE=//p')
+  if [ -n "$rank" ] && [ "$rank" = "$((size - 1))" ]; then follower=$pid; fi
+done
+[ -n "$follower" ] || { echo "no follower rank found under the launcher (pid $server)"; exit 1; }
 kill -9 "$follower"
 for _ in $(seq 1 600); do  # up to 60 s
   kill -0 "$server" 2>/dev/null || break
