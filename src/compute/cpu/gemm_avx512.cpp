@@ -14,6 +14,10 @@ namespace {
 
 constexpr size_t kPrefetchBlocks = 6;         // how far ahead weights are prefetched (several tokens)
 constexpr size_t kPrefetchBlocksDecode = 16;  // ... and for one token, whose blocks go by faster
+// ... and the 32-input layouts' small blocks at any token count: at 6 a verify forward of a few tokens
+// (speculative decoding, 2-8 rows) waited on memory its compute could hide (TinyLlama Q4_0, 2 threads:
+// pp4 / pp5 / pp8 +10-25% at 16, pp512 unchanged).
+constexpr size_t kPrefetchBlocks32 = 16;
 constexpr size_t kPrefetchSparseDecode = 20;  // ... the 2:4 layouts' blocks (672 or 416 bytes), one token
 
 // Puts one token's 16 row results at y: written, or added to what is there (PackedView::accumulate).
@@ -93,7 +97,7 @@ void tile_32(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, i
     const uint8_t* blk = w.data + (static_cast<size_t>(g) * static_cast<size_t>(w.n_blocks) + b) * w.block_bytes;
     // Software prefetch a few blocks ahead: with several tokens per block the out-of-order window spans
     // too few blocks to keep enough loads in flight while weights stream from memory.
-    prefetch_block(block_ahead(blk, b, T > 1 ? kPrefetchBlocks : kPrefetchBlocksDecode, nb, w.block_bytes, after), w.block_bytes);
+    prefetch_block(block_ahead(blk, b, kPrefetchBlocks32, nb, w.block_bytes, after), w.block_bytes);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));  // [16] row scales
     __m512 m = _mm512_setzero_ps();  // [16] row mins
     if constexpr (kMin) m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32)));
