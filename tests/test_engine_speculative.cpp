@@ -218,6 +218,39 @@ TEST(SpeculationController, ChoosesTheCheaperModePerBatchSize) {
   EXPECT_FALSE(always.speculate(5));
 }
 
+// Where plain steps stay cheaper, each try of speculation that confirms it doubles the wait before the
+// next; a try lasts until one of its steps is recorded (the first speculative step after plain ones is the
+// draft model catching up, which the engine does not record), and a try that overturns the choice resets
+// the wait.
+TEST(SpeculationController, TriesTheOtherModeLessOftenWhileItKeepsLosing) {
+  SpeculationController c(8, true, 10);
+  std::vector<int> tries;  // the steps at which a speculative try began
+  bool last_spec = false;
+  for (int i = 0; i < 3000; ++i) {
+    const bool spec = c.speculate(8);
+    if (i >= 6 && spec && !last_spec) tries.push_back(i);  // past the warmup's alternation
+    // A speculative step right after a plain one catches the draft up: not recorded.
+    if (!(spec && !last_spec)) c.record(8, spec, spec ? 0.08 : 0.04, 4);
+    last_spec = spec;
+  }
+  ASSERT_GE(tries.size(), 4u);
+  for (size_t i = 2; i < tries.size(); ++i)
+    EXPECT_GE(tries[i] - tries[i - 1], std::min(2 * (tries[i - 1] - tries[i - 2]) - 4, SpeculationController::kMaxExploreInterval))
+        << "try " << i;
+  EXPECT_LE(tries.size(), 12u);  // 3000 steps: 10, 20, 40, ..., then every 1024
+  EXPECT_NEAR(c.seconds_per_token(8, true), 0.02, 1e-9);  // the tries were measured, past their catch-up
+
+  // Speculation turns cheaper: the next try finds it out and stays.
+  int spec_steps = 0;
+  for (int i = 0; i < 4000; ++i) {
+    const bool spec = c.speculate(8);
+    spec_steps += i >= 3000 && spec;
+    if (!(spec && !last_spec)) c.record(8, spec, spec ? 0.02 : 0.04, 4);
+    last_spec = spec;
+  }
+  EXPECT_GE(spec_steps, 950);
+}
+
 TEST_F(EngineSpeculative, LogprobsAreThePlainEngines) {
   Request r = make_request(random_prompts(1)[0], 20);
   r.top_logprobs = 3;

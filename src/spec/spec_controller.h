@@ -6,6 +6,7 @@
 //
 // Contract: one thread calls everything. Deterministic given the reported timings.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -14,12 +15,16 @@ namespace kestrel {
 class SpeculationController {
  public:
   // max_batch: never speculate with more decoding sequences than this. explore_every: at a batch size
-  // whose cheaper mode is known, every explore_every-th step tries the other.
+  // whose cheaper mode is known, how many steps pass before the other is tried again; each try that
+  // confirms the choice doubles the wait (up to kMaxExploreInterval), one that overturns it resets it.
   // measured = false: always speculate up to max_batch.
   explicit SpeculationController(int32_t max_batch, bool measured = true, int32_t explore_every = 32)
       : max_batch_(max_batch), measured_(measured), explore_every_(explore_every), stats_(static_cast<size_t>(max_batch > 0 ? max_batch : 0) + 1) {}
 
-  // Whether the next step, with n_decoding sequences decoding, should draft.
+  // Whether the next step, with n_decoding sequences decoding, should draft. A try of the other mode lasts
+  // until kTrySamples of its steps are recorded (up to kExploreSteps steps: switching to speculation first
+  // makes the draft model catch up with the tokens it missed, a step record() never sees); the try's own
+  // steps replace that mode's stale measurement.
   bool speculate(int32_t n_decoding) {
     if (n_decoding < 1 || n_decoding > max_batch_) return false;
     if (!measured_) return true;
@@ -28,7 +33,14 @@ class SpeculationController {
     // Until both modes are measured, alternate (speculation first).
     if (b.spec.n < kWarmup || b.plain.n < kWarmup) return b.spec.n <= b.plain.n;
     const bool spec_cheaper = b.spec.seconds_per_token <= b.plain.seconds_per_token;
-    return b.steps % explore_every_ == 0 ? !spec_cheaper : spec_cheaper;
+    if (b.explore_left == 0 && b.steps >= b.next_explore) {
+      b.explore_left = kExploreSteps;
+      b.exploring_spec = !spec_cheaper;
+      if (b.interval == 0) b.interval = explore_every_;
+    }
+    if (b.explore_left == 0) return spec_cheaper;
+    if (--b.explore_left == 0) end_exploration(b);  // out of steps: decide on what was recorded
+    return b.exploring_spec;
   }
 
   // A pure decode step (no prompt tokens) with n_decoding sequences took `seconds` for n_tokens generated
@@ -38,8 +50,18 @@ class SpeculationController {
     Bucket& b = stats_[static_cast<size_t>(n_decoding)];
     Mode& m = speculated ? b.spec : b.plain;
     const double x = seconds / n_tokens;
-    m.seconds_per_token = m.n == 0 ? x : m.seconds_per_token + kAlpha * (x - m.seconds_per_token);
+    const bool in_try = b.explore_left > 0 && speculated == b.exploring_spec;
+    if (in_try) {  // the mode's mean is from before the wait: the try's steps replace it
+      m.seconds_per_token = b.try_samples == 0 ? x : (m.seconds_per_token * b.try_samples + x) / (b.try_samples + 1);
+      ++b.try_samples;
+    } else {
+      m.seconds_per_token = m.n == 0 ? x : m.seconds_per_token + kAlpha * (x - m.seconds_per_token);
+    }
     ++m.n;
+    if (in_try && b.try_samples == kTrySamples) {
+      b.explore_left = 0;
+      end_exploration(b);
+    }
   }
 
   // Measured seconds per token at n_decoding sequences (0 when unmeasured), for /metrics and tests.
@@ -49,9 +71,13 @@ class SpeculationController {
     return (speculated ? b.spec : b.plain).seconds_per_token;
   }
 
+  static constexpr int32_t kMaxExploreInterval = 1024;  // steps
+
  private:
-  static constexpr int32_t kWarmup = 3;  // steps measured in each mode before choosing
-  static constexpr double kAlpha = 0.1;  // weight of the newest step in the running mean
+  static constexpr int32_t kWarmup = 3;        // steps measured in each mode before choosing
+  static constexpr double kAlpha = 0.1;        // weight of the newest step in the running mean
+  static constexpr int32_t kExploreSteps = 4;  // most steps a try of the other mode lasts
+  static constexpr int32_t kTrySamples = 2;    // recorded steps that end a try
   struct Mode {
     int64_t n = 0;
     double seconds_per_token = 0;
@@ -59,7 +85,20 @@ class SpeculationController {
   struct Bucket {
     int64_t steps = 0;
     Mode spec, plain;
+    int64_t next_explore = 0;  // the step count at which the other mode is tried next
+    int32_t interval = 0;      // steps between tries (0: explore_every, not yet set)
+    int32_t explore_left = 0;  // steps left in the try under way (0: none)
+    int32_t try_samples = 0;   // its steps recorded so far
+    bool exploring_spec = false;
   };
+  // A try ended: where it overturned the choice (the tried mode measured cheaper) the next comes soon,
+  // otherwise after twice the wait.
+  void end_exploration(Bucket& b) {
+    const bool overturned = b.try_samples > 0 && (b.spec.seconds_per_token <= b.plain.seconds_per_token) == b.exploring_spec;
+    b.interval = overturned ? explore_every_ : std::min(2 * b.interval, kMaxExploreInterval);
+    b.next_explore = b.steps + b.interval;
+    b.try_samples = 0;
+  }
   int32_t max_batch_;
   bool measured_;
   int32_t explore_every_;
