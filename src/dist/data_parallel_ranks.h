@@ -26,7 +26,6 @@ struct DataParallelRanks {
   int replicas = 1;
   int replica = 0;  // this rank's
 
-  bool front_end() const { return job->rank() == 0; }
   // The first rank of a replica other than 0: it takes its replica's plans from the front end.
   bool leader() const { return replica > 0 && groups->world->rank() == 0; }
 

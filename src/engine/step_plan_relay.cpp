@@ -59,6 +59,7 @@ int64_t follow_step_plans(Communicator& world, ModelRunner& runner) {
 std::vector<float> ReplicaLink::run(const StepPlan& plan) {
   plans_.send(plan);
   std::vector<float> logits(static_cast<size_t>(plan.n_logits()) * static_cast<size_t>(n_vocab_));  // [n_logits, n_vocab]
+  if (logits.empty()) return logits;  // a step of prompt chunks that sample nothing: no message comes back
   await_message(link_, 1);
   link_.recv(logits.data(), logits.size() * sizeof(float), 1);
   return logits;
@@ -71,7 +72,7 @@ int64_t lead_replica(Communicator& link, ModelRunner& runner, StepPlanRelay* rel
     if (relay) relay->send(*plan);
     logits.resize(static_cast<size_t>(plan->n_logits()) * static_cast<size_t>(n_vocab));
     runner.run(*plan, logits.data());
-    link.send(logits.data(), logits.size() * sizeof(float), 0);
+    if (!logits.empty()) link.send(logits.data(), logits.size() * sizeof(float), 0);
     ++n_plans;
   }
   return n_plans;
