@@ -21,7 +21,7 @@ else
 fi
 
 echo "== sanitizer build (ASan + UBSan) and tests"
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKESTREL_SANITIZE=ON -DKESTREL_BENCH=OFF >/dev/null
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" -DKESTREL_SANITIZE=ON -DKESTREL_BENCH=OFF >/dev/null
 cmake --build build-asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs"
@@ -32,9 +32,9 @@ bash scripts/test_aarch64.sh
 echo "== fuzz targets (libFuzzer, ${fuzz_seconds}s each)"
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKESTREL_FUZZ=ON \
   -DKESTREL_BENCH=OFF >/dev/null
-cmake --build build-fuzz -j "$jobs" --target fuzz_gguf fuzz_tokenizer fuzz_chat_template fuzz_openai_request fuzz_logprob_file fuzz_imatrix fuzz_step_plan
+cmake --build build-fuzz -j "$jobs" --target fuzz_gguf fuzz_tokenizer fuzz_chat_template fuzz_openai_request fuzz_logprob_file fuzz_imatrix fuzz_step_plan fuzz_grammar
 mkdir -p build-fuzz/corpus-gguf build-fuzz/corpus-tokenizer build-fuzz/corpus-template build-fuzz/corpus-request \
-  build-fuzz/corpus-logprob build-fuzz/corpus-imatrix build-fuzz/corpus-plan
+  build-fuzz/corpus-logprob build-fuzz/corpus-imatrix build-fuzz/corpus-plan build-fuzz/corpus-grammar
 ./build/kestrel make-model -o build-fuzz/corpus-gguf/tiny.gguf --layers 1 --dim 64 --heads 4 --kv-heads 2 \
   --ffn 64 --vocab 300 >/dev/null 2>&1
 if [ -d "$shared" ]; then
@@ -70,4 +70,9 @@ python3 -c 'import struct, sys; sys.stdout.buffer.write(b"KPD1" + struct.pack("<
   > build-fuzz/corpus-plan/job.msg
 ./build-fuzz/tests/fuzz_step_plan -max_total_time="$short_seconds" -max_len=4096 -rss_limit_mb=2048 \
   -print_final_stats=1 build-fuzz/corpus-plan 2>&1 | tail -n 12
+printf 'root ::= "{" ws ( [a-z]+ ":" ws num ( "," ws [a-z]+ ":" ws num )* )? "}"\nnum ::= "-"? [0-9]{1,4}\nws ::= [ \\t\\n]*\n\0{a: 12, b:-3}' \
+  > build-fuzz/corpus-grammar/record.gbnf
+printf 'root ::= (x | "\\u00e9" [^a-z]) ?\nx ::= . "\\x41"{2,3} ( "b" | [\\]\\-] )*\n\0\xc3\xa9Q' > build-fuzz/corpus-grammar/misc.gbnf
+./build-fuzz/tests/fuzz_grammar -max_total_time="$short_seconds" -max_len=4096 -rss_limit_mb=2048 -timeout=10 \
+  -print_final_stats=1 build-fuzz/corpus-grammar 2>&1 | tail -n 12
 echo "== all tests passed"

@@ -2,6 +2,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 
 #include <nlohmann/json.hpp>
 
@@ -82,6 +83,36 @@ TEST(Cli, MakeModelInfoTokenizeGenerateLogits) {
   EXPECT_EQ(bytes.size(), 8 + 4 * static_cast<size_t>(header[0]) * (1 + static_cast<size_t>(header[1])));
   std::filesystem::remove(model);
   std::filesystem::remove(logits);
+}
+
+// generate --grammar / --grammar-file on a random model with a real 32k vocabulary (make-model
+// --vocab-from): the text after the prompt follows the grammar; a bad grammar is an error naming the line.
+TEST(Cli, GenerateFollowsAGrammar) {
+  const std::string shared = test::shared_dir();
+  if (shared.empty()) GTEST_SKIP() << "../shared not found (set KESTREL_SHARED); skipping";
+  const std::string model = test::temp_path("cli-grammar.gguf"), grammar = test::temp_path("cli-grammar.gbnf");
+  std::string out;
+  ASSERT_EQ(test::run_command(kestrel_cmd("make-model -o " + model + " --type q8_0 --layers 1 --dim 64 --heads 4 "
+                                          "--kv-heads 2 --ffn 128 --vocab-from " + shared +
+                                          "/tokenizer-tests/ggml-vocab-llama-spm.gguf 2>&1"), out), 0) << out;
+  ASSERT_EQ(test::run_command(kestrel_cmd("info -m " + model), out), 0) << out;
+  EXPECT_NE(out.find("32000 items"), std::string::npos) << out;
+  {
+    std::ofstream g(grammar);
+    g << "root ::= \"[\" item (\", \" item){2} \"]\"\nitem ::= [a-z]{1,6} | [0-9]{1,3}\n";
+  }
+  for (int seed = 1; seed <= 3; ++seed) {
+    ASSERT_EQ(test::run_command(kestrel_cmd("generate -m " + model + " -p 'List:' -n 60 --temp 1 --seed " +
+                                            std::to_string(seed) + " --grammar-file " + grammar + " -t 1 2>/dev/null"), out), 0);
+    ASSERT_EQ(out.rfind("List:", 0), 0u) << out;
+    const std::string text = out.substr(5, out.size() - 6);  // without the prompt and the final newline
+    EXPECT_TRUE(std::regex_match(text, std::regex(R"(\[([a-z]{1,6}|[0-9]{1,3})(, ([a-z]{1,6}|[0-9]{1,3})){2}\])"))) << text;
+  }
+  EXPECT_NE(test::run_command(kestrel_cmd("generate -m " + model + " -p x --grammar 'root ::= (\"a\"' 2>&1"), out), 0);
+  EXPECT_NE(test::run_command(kestrel_cmd("generate -m " + model + " -p x --grammar 'root ::= \"a\"\nroot ::= b' 2>&1"), out), 0);
+  EXPECT_NE(out.find("grammar: line 2"), std::string::npos) << out;
+  std::filesystem::remove(model);
+  std::filesystem::remove(grammar);
 }
 
 // kestrel quantize: a summary line per tensor and totals; the file it writes runs; bad arguments are named.

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <fstream>
+#include <regex>
 #include <thread>
 
 #include "sample/sampler.h"
@@ -420,13 +421,54 @@ TEST_F(ServerTest, BestOfReturnsTheMostLikelyChoice) {
 TEST_F(ServerTest, UnsupportedParametersAreRefused) {
   start();
   const std::string chat = R"("messages": [{"role": "user", "content": "hi"}])";
-  expect_error("/v1/chat/completions", "{" + chat + R"(, "response_format": {"type": "json_object"}})", 400, "response_format");
+  expect_error("/v1/chat/completions", "{" + chat + R"(, "response_format": {"type": "json_schema", "json_schema": {}}})", 400, "response_format");
   expect_error("/v1/chat/completions", "{" + chat + R"(, "tools": [{"type": "function", "function": {"name": "f"}}]})", 400, "tools");
   expect_error("/v1/chat/completions", "{" + chat + R"(, "tool_choice": "required"})", 400, "tool_choice");
   expect_error("/v1/completions", R"({"prompt": "x", "suffix": "y"})", 400, "suffix");
   auto r = post("/v1/chat/completions", "{" + chat + R"(, "max_tokens": 2, "response_format": {"type": "text"}, "tools": []})");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200) << r->body;
+}
+
+// Structured output: response_format json_object gives a JSON object (alone, streamed and several at once),
+// `grammar` constrains to GBNF, and bad ones are refused with the parser's message.
+TEST_F(ServerTest, ResponseFormatAndGrammarConstrainTheOutput) {
+  start();
+  const std::string chat = R"("messages": [{"role": "user", "content": "Give me a record"}])";
+  expect_error("/v1/chat/completions", "{" + chat + R"(, "response_format": {"type": "xml"}})", 400, "response_format");
+  expect_error("/v1/chat/completions", "{" + chat + R"(, "response_format": 7})", 400, "response_format");
+  expect_error("/v1/completions", R"({"prompt": "x", "grammar": "root ::= foo"})", 400, "grammar");
+  expect_error("/v1/completions", R"({"prompt": "x", "grammar": 5})", 400, "grammar");
+  expect_error("/v1/completions", R"({"prompt": "x", "grammar": "root ::= \"a\"", "response_format": {"type": "json_object"}})",
+               400, "response_format");
+  std::vector<std::thread> clients;
+  std::vector<std::string> texts(6);
+  for (int i = 0; i < 6; ++i)
+    clients.emplace_back([&, i] {
+      auto r = post("/v1/chat/completions", "{" + chat + R"(, "max_tokens": 400, "temperature": 1, "seed": )" +
+                                                std::to_string(i) + R"(, "response_format": {"type": "json_object"}})");
+      ASSERT_TRUE(r);
+      ASSERT_EQ(r->status, 200) << r->body;
+      const json j = json::parse(r->body);
+      texts[static_cast<size_t>(i)] = j["choices"][0]["message"]["content"];
+      if (j["choices"][0]["finish_reason"] == "stop") {
+        const json parsed = json::parse(texts[static_cast<size_t>(i)], nullptr, false);
+        EXPECT_TRUE(parsed.is_object()) << texts[static_cast<size_t>(i)];
+      }
+    });
+  for (auto& t : clients) t.join();
+  for (const std::string& t : texts) EXPECT_EQ(t.substr(t.find_first_not_of(" \n\t"), 1), "{") << t;
+  auto r = post("/v1/completions", R"({"prompt": "Once upon a time", "max_tokens": 50, "temperature": 1, "stream": true,
+      "grammar": "root ::= \"The \" [a-z]+ \" is \" [0-9]{1,2} \".\""})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  std::string streamed;
+  for (size_t at = 0; (at = r->body.find("data: {", at)) != std::string::npos; ++at) {
+    const json event = json::parse(r->body.substr(at + 6, r->body.find('\n', at) - at - 6));
+    streamed += event["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_TRUE(std::regex_match(streamed, std::regex("The [a-z]+ is [0-9]{1,2}\\."))) << streamed;
+  EXPECT_TRUE(wait_idle());
 }
 
 // 6. The streamed text equals the non-streamed text byte for byte, with byte-fallback tokens that form

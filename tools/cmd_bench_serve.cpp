@@ -37,6 +37,8 @@ struct ServeBenchArgs {
   uint64_t seed = 1;
   double long_share = 0;  // share of requests whose unique part is long_tokens long (a mixed workload)
   int long_tokens = 1024;
+  double temperature = 0;
+  std::string response_format;  // "" or "json_object": structured output (constrained decoding)
 };
 
 struct RequestResult {
@@ -74,8 +76,11 @@ RequestResult run_one(const std::string& url, const ServeBenchArgs& a, const std
   httplib::Client client(url);
   client.set_read_timeout(600, 0);
   client.set_connection_timeout(30, 0);
-  const json body = {{"model", a.model},   {"prompt", prompt},   {"max_tokens", max_tokens}, {"temperature", 0},
-                     {"ignore_eos", true}, {"stream", true},     {"stream_options", {{"include_usage", true}}}};
+  json body = {{"model", a.model},          {"prompt", prompt},   {"max_tokens", max_tokens},
+               {"temperature", a.temperature}, {"ignore_eos", true}, {"stream", true},
+               {"stream_options", {{"include_usage", true}}}};
+  if (!a.response_format.empty()) body["response_format"] = {{"type", a.response_format}};
+  if (a.temperature > 0) body["seed"] = static_cast<int64_t>(std::hash<std::string>()(json(prompt).dump()) % 1000000);
   httplib::Request req;
   req.method = "POST";
   req.path = "/v1/completions";
@@ -254,6 +259,11 @@ CLI::App* add_bench_serve(CLI::App& bench, Action& run) {
       ->check(CLI::Range(1, 1 << 20))->capture_default_str();
   cmd->add_option("--vocab", a->vocab, "Prompt token ids are drawn from [100, vocab)")->capture_default_str();
   cmd->add_option("--seed", a->seed, "Seed of the prompt generator")->capture_default_str();
+  cmd->add_option("--temperature", a->temperature, "Sampling temperature (0: greedy); sampled requests get seeds")
+      ->check(CLI::Range(0.0, 2.0))->capture_default_str();
+  cmd->add_option("--response-format", a->response_format,
+                  "Ask for structured output: json_object (constrained decoding; requests may end before --max-tokens)")
+      ->check(CLI::IsMember({"text", "json_object"}));
   cmd->add_option("--api-key", a->api_key, "Bearer key");
   cmd->add_option("--model", a->model, "Model name sent in requests")->capture_default_str();
   cmd->add_option("-o,--output", a->output, "md or json")->check(CLI::IsMember({"md", "json"}));

@@ -6,6 +6,7 @@
 #include "core/timer.h"
 #include "engine/generator.h"
 #include "engine/speculative_generator.h"
+#include "server/grammar_cache.h"
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
 
@@ -27,6 +28,7 @@ struct GenerateArgs {
   KvTypes kv_types = KvType::F16;
   std::string draft_model;  // speculative decoding with a draft model
   SpeculativeConfig spec;
+  std::string grammar, grammar_file;  // GBNF the output must follow
 };
 
 // The speculation summary: drafted and kept tokens, by draft position, and target forwards per token.
@@ -44,6 +46,11 @@ void print_spec_stats(const SpecStats& s, int64_t target_forwards, int32_t n_gen
 
 int run_generate(GenerateArgs& a) {
   if (!a.prompt_file.empty() && !read_text_file(a.prompt_file, a.prompt)) return 1;
+  if (!a.grammar_file.empty() && !read_text_file(a.grammar_file, a.grammar)) return 1;
+  if (!a.grammar.empty() && (!a.draft_model.empty() || a.spec.ngram > 0)) {
+    std::fprintf(stderr, "error: a grammar does not run with speculative decoding (-md, --spec-ngram) yet\n");
+    return 1;
+  }
   if (auto st = a.sampling.validate(); !st.ok()) {
     std::fprintf(stderr, "error: %s\n", st.error().c_str());
     return 1;
@@ -67,6 +74,14 @@ int run_generate(GenerateArgs& a) {
   if (!tokenizer->has_vocab()) {
     std::fprintf(stderr, "error: the model has no tokenizer vocabulary\n");
     return 1;
+  }
+  if (!a.grammar.empty()) {
+    auto grammar = GrammarCache(tokenizer.value()).get(a.grammar);
+    if (!grammar.ok()) {
+      std::fprintf(stderr, "error: %s\n", grammar.error().c_str());
+      return 1;
+    }
+    a.sampling.grammar = std::move(grammar).value();
   }
   const std::vector<int32_t> prompt = tokenizer->encode(a.prompt, true, true);
   if (prompt.empty()) {
@@ -167,6 +182,9 @@ void add_generate(CLI::App& app, Action& run) {
   cmd->add_option("--frequency-penalty", args->sampling.frequency_penalty, "Frequency penalty");
   cmd->add_option("-s,--seed", args->seed, "Random seed (-1: random)");
   add_parallel_options(cmd, args->parallel);
+  auto* g = cmd->add_option("--grammar", args->grammar, "GBNF grammar the output must follow (start rule: root)");
+  g->excludes(cmd->add_option("--grammar-file", args->grammar_file, "Read the GBNF grammar from a file")
+                  ->check(CLI::ExistingFile));
   cmd->add_flag("--ignore-eos", args->ignore_eos, "Keep generating past end-of-sequence tokens");
   add_cache_type_options(cmd, args->kv_types);
   add_speculative_options(cmd, args->draft_model, args->spec, false);

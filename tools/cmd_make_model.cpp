@@ -26,6 +26,9 @@ void add_make_model(CLI::App& app, Action& run) {
   cmd->add_option("--kv-heads", s.n_kv_heads, "KV heads")->check(CLI::Range(1, 1024));
   cmd->add_option("--ffn", s.n_ff, "FFN width")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--vocab", s.n_vocab, "Vocabulary size")->check(CLI::Range(300, 1 << 20));
+  cmd->add_option("--vocab-from", a->options.vocab_from,
+                  "Take the tokenizer (and the vocabulary size) from this GGUF file, e.g. llama.cpp's ggml-vocab-*.gguf")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--ctx", s.n_ctx, "Training context length")->check(CLI::Range(1, 1 << 24));
   cmd->add_option("--experts", s.n_expert, "Experts (MoE; 0: dense)")->check(CLI::Range(0, 1024));
   cmd->add_option("--experts-used", s.n_expert_used, "Experts per token")->check(CLI::Range(0, 1024));
@@ -56,6 +59,16 @@ void add_make_model(CLI::App& app, Action& run) {
           return 1;
         }
         a->options.shape.arch = base.shape.arch;  // presets fix the shape; --arch still applies
+      }
+      if (!a->options.vocab_from.empty()) {
+        auto source = GgufFile::open(a->options.vocab_from);
+        const GgufValue* tokens = source.ok() ? source->find("tokenizer.ggml.tokens") : nullptr;
+        if (!tokens || !tokens->is_array()) {
+          std::fprintf(stderr, "error: %s: %s\n", a->options.vocab_from.c_str(),
+                       source.ok() ? "no tokenizer.ggml.tokens" : source.error().c_str());
+          return 1;
+        }
+        a->options.shape.n_vocab = static_cast<int32_t>(tokens->array_size());
       }
       if (!a->draft_output.empty()) {
         if (a->draft_layers >= a->options.shape.n_layers) {

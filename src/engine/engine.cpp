@@ -189,7 +189,7 @@ int32_t Engine::propose_drafts(bool& prompt_catch_up) {
     const Sequence& seq = *scheduler_.find(id);
     Choice& choice = choices_.at(id);
     choice.draft_dists.clear();
-    if (choice.forks_pending) continue;
+    if (choice.forks_pending || choice.request->sampling.grammar) continue;  // grammars: one token at a time
     // No drafts past the request's length or the context: position n_tokens - 1 + K must fit.
     const int32_t k = std::min({config_.spec.adaptive ? choice.draft_length.next() : config_.spec.draft_max,
                                 choice.request->max_tokens - seq.n_generated() - 1, max_seq_len_ - seq.n_tokens()});
@@ -220,7 +220,10 @@ int32_t Engine::propose_drafts(bool& prompt_catch_up) {
 std::vector<int32_t> Engine::next_tokens(Choice& choice, const Sequence& seq, const ScheduledChunk& c, float* rows) {
   const int32_t n_vocab = model_.hparams().n_vocab;
   const int32_t n_drafts = c.n_logits - 1;
-  if (n_drafts == 0) return {choice.sampler.sample(rows, n_vocab, seq.tokens)};
+  if (n_drafts == 0) {
+    const int32_t token = choice.sampler.sample(rows, n_vocab, seq.tokens);
+    return token < 0 ? std::vector<int32_t>() : std::vector<int32_t>{token};  // -1: the grammar allows nothing
+  }
   const std::span<const int32_t> drafts(c.tokens.data() + 1, static_cast<size_t>(n_drafts));
   const std::span<const TokenDistribution> dists = drafter_ ? std::span<const TokenDistribution>(choice.draft_dists)
                                                             : std::span<const TokenDistribution>();
@@ -268,9 +271,10 @@ void Engine::emit(const ScheduledChunk& c, const float* rows, std::vector<StepOu
     const std::vector<float> raw = choice.request->top_logprobs >= 0 ? work : std::vector<float>();
     const std::vector<int32_t> tokens = next_tokens(choice, seq, c, work.data());
     // Accepted drafts join the sequence (their KV is kept); then its tokens are emitted up to a stop
-    // token (not emitted) or the length limit.
+    // token (not emitted), the length limit, or the end of the request's grammar.
     const int32_t n_generated = seq.n_generated(), n_tokens = seq.n_tokens();
-    scheduler_.accept_drafts(seq_id, static_cast<int32_t>(tokens.size()) - 1);
+    if (tokens.empty()) out.finish = FinishReason::Stop;  // a grammar that no token can continue
+    else scheduler_.accept_drafts(seq_id, static_cast<int32_t>(tokens.size()) - 1);
     for (size_t i = 0; i < tokens.size() && out.finish == FinishReason::None; ++i) {
       const auto& stops = choice.request->stop_tokens;
       if (std::find(stops.begin(), stops.end(), tokens[i]) != stops.end()) {
@@ -279,9 +283,11 @@ void Engine::emit(const ScheduledChunk& c, const float* rows, std::vector<StepOu
       }
       out.tokens.push_back(with_logprobs(choice, tokens[i], raw.empty() ? nullptr : raw.data() + i * n_vocab));
       ++generated_tokens_;
+      choice.sampler.accept(tokens[i]);
       const auto n_out = static_cast<int32_t>(out.tokens.size());
       if (n_generated + n_out >= choice.request->max_tokens || n_tokens + n_out >= max_seq_len_)
         out.finish = FinishReason::Length;
+      if (choice.sampler.grammar_finished()) out.finish = FinishReason::Stop;
     }
     if (out.finish == FinishReason::None) scheduler_.append_token(seq_id, tokens.back());
     if (out.finish != FinishReason::None) {

@@ -81,9 +81,11 @@ Result<GenerationStats> Generator::generate(const std::vector<int32_t>& prompt, 
   std::vector<float> current = std::move(logits).value();
   for (int32_t i = 0; i < n_predict; ++i) {
     const int32_t token = sampler.sample(current.data(), n_vocab, history_);
+    if (token < 0) break;  // a grammar that no token can continue
     if (std::find(end_tokens.begin(), end_tokens.end(), token) != end_tokens.end()) break;
     ++stats.n_generated;
-    if (!on_token(token)) break;
+    sampler.accept(token);
+    if (!on_token(token) || sampler.grammar_finished()) break;
     if (i + 1 == n_predict || n_past_ + 1 > config_.n_ctx) break;
     const int32_t next[1] = {token};
     auto step = eval(next, false);

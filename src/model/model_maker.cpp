@@ -228,18 +228,30 @@ Status make_model(const MakeModelOptions& options, const std::string& path,
     w.set_u32(a + "expert_used_count", static_cast<uint32_t>(s.n_expert_used));
     w.set_u32(a + "expert_feed_forward_length", static_cast<uint32_t>(F));
   }
-  std::vector<std::string> tokens;
-  std::vector<float> scores;
-  std::vector<int32_t> types;
-  synthetic_vocab(s.n_vocab, tokens, scores, types);
-  w.set_string("tokenizer.ggml.model", "llama");
-  w.set_string_array("tokenizer.ggml.tokens", tokens);
-  w.set_f32_array("tokenizer.ggml.scores", scores);
-  w.set_i32_array("tokenizer.ggml.token_type", types);
-  w.set_u32("tokenizer.ggml.unknown_token_id", 0);
-  w.set_u32("tokenizer.ggml.bos_token_id", 1);
-  w.set_u32("tokenizer.ggml.eos_token_id", 2);
-  w.set_bool("tokenizer.ggml.add_bos_token", true);
+  if (!options.vocab_from.empty()) {
+    auto source = GgufFile::open(options.vocab_from);
+    if (!source.ok()) return Error{"make-model: " + source.error()};
+    const GgufValue* tokens = source->find("tokenizer.ggml.tokens");
+    if (!tokens || !tokens->is_array()) return Error{"make-model: " + options.vocab_from + " has no tokenizer.ggml.tokens"};
+    if (static_cast<int64_t>(tokens->array_size()) != s.n_vocab)
+      return Error{"make-model: the model's n_vocab is " + std::to_string(s.n_vocab) + " but " + options.vocab_from +
+                   " has " + std::to_string(tokens->array_size()) + " tokens"};
+    for (const std::string& key : source->keys())
+      if (key.rfind("tokenizer.", 0) == 0) w.set_value(key, *source->find(key));
+  } else {
+    std::vector<std::string> tokens;
+    std::vector<float> scores;
+    std::vector<int32_t> types;
+    synthetic_vocab(s.n_vocab, tokens, scores, types);
+    w.set_string("tokenizer.ggml.model", "llama");
+    w.set_string_array("tokenizer.ggml.tokens", tokens);
+    w.set_f32_array("tokenizer.ggml.scores", scores);
+    w.set_i32_array("tokenizer.ggml.token_type", types);
+    w.set_u32("tokenizer.ggml.unknown_token_id", 0);
+    w.set_u32("tokenizer.ggml.bos_token_id", 1);
+    w.set_u32("tokenizer.ggml.eos_token_id", 2);
+    w.set_bool("tokenizer.ggml.add_bos_token", true);
+  }
   for (const auto& t : plan) w.add_tensor(t.name, t.type, t.dims);
 
   size_t total = 0, done = 0;

@@ -50,6 +50,11 @@ struct MakeModelOptions {
   // TinyLlama shape), so a deep model is chaotic and any quantization error saturates the KL divergence;
   // with fan_in_init the layers keep their input's scale and quantization errors stay measurable.
   bool fan_in_init = false;
+  // A GGUF file (a model, or a vocabulary-only file such as llama.cpp's ggml-vocab-*.gguf) whose
+  // tokenizer.* metadata the model takes instead of a synthetic vocabulary; shape.n_vocab must equal its
+  // token count. A random model with a real tokenizer: chat templates, grammars and tokenization behave
+  // as with the real model.
+  std::string vocab_from;
 };
 
 // The channels make_model plants outliers on: `count` of [0, n_embd), sorted.

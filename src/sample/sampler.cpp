@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <unordered_map>
 
@@ -29,7 +30,17 @@ uint64_t choice_seed(uint64_t seed, int32_t index) {
   return z ^ (z >> 31);
 }
 
-Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
+Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {
+  if (params_.grammar) grammar_state_ = params_.grammar->start();
+}
+
+void Sampler::accept(int32_t token) {
+  if (params_.grammar) grammar_state_ = params_.grammar->advance(grammar_state_, token);
+}
+
+bool Sampler::grammar_finished() const {
+  return params_.grammar && params_.grammar->complete(grammar_state_) && !grammar_can_continue(grammar_state_);
+}
 
 double TokenDistribution::probability(int32_t token) const {
   for (size_t i = 0; i < ids.size(); ++i)
@@ -38,13 +49,18 @@ double TokenDistribution::probability(int32_t token) const {
 }
 
 int32_t Sampler::sample(float* logits, int32_t n_vocab, const std::vector<int32_t>& history) {
-  return draw(distribution(logits, n_vocab, history));
+  const TokenDistribution d = distribution(logits, n_vocab, history);
+  return d.ids.empty() ? -1 : draw(d);
 }
 
 TokenDistribution Sampler::distribution(float* logits, int32_t n_vocab, const std::vector<int32_t>& history) const {
   const SamplingParams& p = params_;
   TokenDistribution d;
-  // 0. Logit bias.
+  // 0. The grammar's mask, then logit bias.
+  if (p.grammar) {
+    p.grammar->mask(grammar_state_, logits, n_vocab);
+    if (*std::max_element(logits, logits + n_vocab) == -std::numeric_limits<float>::infinity()) return d;  // blocked
+  }
   for (const auto& [token, bias] : p.logit_bias)
     if (token >= 0 && token < n_vocab) logits[token] += bias;
   // 1. Penalties over the recent window.
@@ -83,6 +99,7 @@ TokenDistribution Sampler::distribution(float* logits, int32_t n_vocab, const st
   double sum = 0;
   for (size_t i = 0; i < n; ++i) sum += (probs[i] = std::exp((logits[ids[i]] - max) / p.temperature));
   for (auto& x : probs) x /= sum;
+  while (n > 1 && probs[n - 1] == 0) --n;  // banned tokens (-infinity) are never candidates
   // 5. min-p: drop candidates below min_p * top probability.
   if (p.min_p > 0) {
     size_t keep = 1;

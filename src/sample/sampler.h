@@ -3,12 +3,14 @@
 // -> same tokens.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/status.h"
+#include "sample/grammar_constraint.h"
 
 namespace kestrel {
 
@@ -25,6 +27,9 @@ struct SamplingParams {
   // Added to the logits of these tokens before anything else (OpenAI's logit_bias: -100 bans a token,
   // 100 all but forces it). Each bias in [-100, 100].
   std::vector<std::pair<int32_t, float>> logit_bias;
+  // Constrained decoding: only tokens that continue this grammar are drawn (masked before everything
+  // else), and its end tokens only once the text is complete. Null: unconstrained.
+  std::shared_ptr<const GrammarConstraint> grammar;
 
   // Error naming the first out-of-range field.
   Status validate() const;
@@ -50,6 +55,7 @@ class Sampler {
   explicit Sampler(const SamplingParams& params);
 
   // logits: [n_vocab], modified in place. history: tokens so far (prompt and generated) for penalties.
+  // Under a grammar that allows no token here (its vocabulary cannot spell what must come next): -1.
   int32_t sample(float* logits, int32_t n_vocab, const std::vector<int32_t>& history);
   // The distribution sample() draws from (logits modified in place, as there), without drawing.
   TokenDistribution distribution(float* logits, int32_t n_vocab, const std::vector<int32_t>& history) const;
@@ -58,11 +64,16 @@ class Sampler {
   // A uniform number in [0, 1) from this sampler's RNG (speculative acceptance tests).
   double uniform();
   bool greedy() const { return params_.temperature <= 0; }
+  // A token joined the text (drawn here or verified elsewhere): advances the grammar, if any.
+  void accept(int32_t token);
+  // Under a grammar: the text is complete and nothing more can follow, so the choice ends here.
+  bool grammar_finished() const;
   const SamplingParams& params() const { return params_; }
 
  private:
   SamplingParams params_;
   std::mt19937_64 rng_;
+  GrammarState grammar_state_;  // the text generated so far, under params_.grammar
 };
 
 }  // namespace kestrel

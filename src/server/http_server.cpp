@@ -52,6 +52,7 @@ HttpServer::HttpServer(RequestQueue& loop, const Tokenizer& tokenizer, ChatRende
                        const ServerConfig& config, int32_t max_seq_len)
     : loop_(loop),
       tokenizer_(tokenizer),
+      grammars_(tokenizer),
       render_chat_(std::move(render_chat)),
       metrics_(metrics),
       config_(config),
@@ -260,6 +261,11 @@ void HttpServer::handle_completion(const httplib::Request& req, httplib::Respons
   request.prompt = std::move(std::get<std::vector<int32_t>>(prompt));
   request.max_tokens = params->max_tokens > 0 ? params->max_tokens : max_seq_len_;
   request.sampling = params->sampling;
+  if (!params->grammar.empty()) {
+    auto grammar = grammars_.get(params->grammar);
+    if (!grammar.ok()) return fail(ApiError{400, grammar.error(), "invalid_request_error", "grammar"});
+    request.sampling.grammar = std::move(grammar).value();
+  }
   if (!params->seeded) request.sampling.seed = std::random_device{}();
   request.n = std::max(params->n, params->best_of);
   // best_of ranks choices by their tokens' logprobs, so the engine computes them even when not returned.

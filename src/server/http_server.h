@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "server/grammar_cache.h"
 #include "server/http_listener.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
@@ -78,6 +79,7 @@ class HttpServer {
 
   RequestQueue& loop_;
   const Tokenizer& tokenizer_;
+  GrammarCache grammars_;  // requests' grammars over this vocabulary
   ChatRenderer render_chat_;
   Metrics& metrics_;
   ServerConfig config_;

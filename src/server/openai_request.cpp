@@ -6,6 +6,8 @@
 #include <limits>
 #include <variant>
 
+#include "sample/grammar.h"
+
 namespace kestrel {
 namespace {
 
@@ -98,10 +100,6 @@ void parse_logit_bias(Fields& f, const json& object, std::vector<std::pair<int32
 // than a silently different answer. (A value that asks for nothing, such as response_format "text" or an
 // empty tools list, is accepted.)
 void refuse_unsupported(Fields& f, bool chat) {
-  if (const json* rf = f.find("response_format")) {
-    if (!rf->is_object() || rf->value("type", "") != "text")
-      f.fail("response_format", "'response_format' (structured output) is not supported yet; only {\"type\": \"text\"}");
-  }
   for (const char* key : {"tools", "functions"})
     if (const json* v = f.find(key); v && !(v->is_array() && v->empty()))
       f.fail(key, std::string("'") + key + "' (tool calling) is not supported yet");
@@ -111,6 +109,27 @@ void refuse_unsupported(Fields& f, bool chat) {
   if (!chat)
     if (const json* v = f.find("suffix"); v && !(v->is_string() && v->get<std::string>().empty()))
       f.fail("suffix", "'suffix' (insertion) is not supported");
+}
+
+// Structured output: response_format ({"type": "text"} or {"type": "json_object"}) and kestrel's
+// `grammar` extension (GBNF text, compiled by the server); at most one of them constrains the output.
+void parse_output_format(Fields& f, CompletionParams& p) {
+  constexpr size_t kMaxGrammarBytes = 256 * 1024;
+  f.string("grammar", p.grammar);
+  if (p.grammar.size() > kMaxGrammarBytes)
+    return f.fail("grammar", "'grammar' is longer than " + std::to_string(kMaxGrammarBytes) + " bytes");
+  const json* rf = f.find("response_format");
+  if (!rf || f.failed()) return;
+  const std::string type = rf->is_object() && rf->contains("type") && (*rf)["type"].is_string() ? (*rf)["type"].get<std::string>() : "";
+  if (type == "text") return;
+  if (type == "json_object") {
+    if (!p.grammar.empty()) return f.fail("response_format", "give either 'response_format' or 'grammar', not both");
+    p.grammar = json_grammar_text(true);
+    return;
+  }
+  if (type == "json_schema")
+    return f.fail("response_format", "'response_format' of type 'json_schema' is not supported yet; use 'json_object' or 'grammar'");
+  f.fail("response_format", "'response_format' must be {\"type\": \"text\"} or {\"type\": \"json_object\"}");
 }
 
 void parse_messages(Fields& f, const json& list, std::vector<ChatMessage>& out) {
@@ -241,6 +260,7 @@ std::variant<CompletionParams, ApiError> parse_completion_request(const std::str
   f.boolean("echo", p.echo);
   if (p.echo) f.fail("echo", "'echo' is not supported");
   f.string("cache_salt", p.cache_salt);
+  parse_output_format(f, p);
   if (chat) {
     bool want = false;
     f.boolean("logprobs", want);

@@ -42,6 +42,7 @@ struct CompletionParams {
   int32_t logprobs = -1;                // -1: none; else how many top alternatives per token
   bool echo = false;
   std::string cache_salt;
+  std::string grammar;                  // GBNF text the output must follow ("" none); json_object sets it
 };
 
 // body: the raw request bytes. Returns the parameters or the first problem found.
