@@ -7,6 +7,7 @@ packages=(
   libgtest-dev libbenchmark-dev
   clang libclang-rt-14-dev  # libFuzzer target and its sanitizer runtimes
   curl python3              # the OpenAI-client test's server harness
+  python3-jsonschema        # validates constrained output against its JSON Schema (tests)
   g++-aarch64-linux-gnu qemu-user  # the AArch64 build, tested under emulation (scripts/test_aarch64.sh)
   libopenmpi-dev openmpi-bin       # multi-process runs (src/dist, `mpirun ... kestrel`)
   libc6:arm64 libstdc++6:arm64 libpcre2-dev:arm64 libgtest-dev:arm64 libcpp-httplib-dev:arm64

@@ -304,3 +304,33 @@ TEST(GrammarConstraint, TrieMaskEqualsCheckingEveryTokenOnARealVocabulary) {
 
 }  // namespace
 }  // namespace kestrel
+
+namespace kestrel {
+namespace {
+
+// A grammar whose state differs after every distinct prefix (it remembers the path to close it in
+// reverse) over a vocabulary of every a/c string up to 14 bytes: one mask would need more automaton states
+// than the bound, so it walks on the states themselves; the mask is still exact and memory stays bounded.
+TEST(GrammarConstraint, AGrammarWithTooManyStatesStillMasksExactly) {
+  std::vector<std::string> pieces = {""};
+  for (int len = 1; len <= 14; ++len)
+    for (int bits = 0; bits < (1 << len); ++bits) {
+      std::string s;
+      for (int i = 0; i < len; ++i) s += (bits >> i) & 1 ? 'c' : 'a';
+      pieces.push_back(s);
+    }
+  GrammarConstraint c(parse_ok("root ::= x\nx ::= \"a\" x \"b\" | \"c\" x \"d\" | \"\""), std::make_shared<TokenTrie>(pieces), {0});
+  std::vector<float> logits(pieces.size(), 0.0f);
+  c.mask(c.start(), logits.data(), static_cast<int32_t>(pieces.size()));
+  EXPECT_LE(c.automaton_states(), 1u);  // dropped after the walk overflowed it
+  std::mt19937 rng(3);
+  for (int i = 0; i < 300; ++i) {
+    const auto t = static_cast<int32_t>(std::uniform_int_distribution<size_t>(1, pieces.size() - 1)(rng));
+    EXPECT_EQ(logits[static_cast<size_t>(t)] == 0.0f, c.allows(c.start(), t)) << pieces[static_cast<size_t>(t)];
+    EXPECT_EQ(logits[static_cast<size_t>(t)], 0.0f);  // every a/c string is a valid start
+  }
+  EXPECT_EQ(logits[0], 0.0f);  // empty is a sentence: the end token is allowed
+}
+
+}  // namespace
+}  // namespace kestrel

@@ -422,6 +422,7 @@ TEST_F(ServerTest, UnsupportedParametersAreRefused) {
   start();
   const std::string chat = R"("messages": [{"role": "user", "content": "hi"}])";
   expect_error("/v1/chat/completions", "{" + chat + R"(, "response_format": {"type": "json_schema", "json_schema": {}}})", 400, "response_format");
+  expect_error("/v1/chat/completions", "{" + chat + R"(, "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "string", "pattern": "a+"}}}})", 400, "response_format");
   expect_error("/v1/chat/completions", "{" + chat + R"(, "tools": [{"type": "function", "function": {"name": "f"}}]})", 400, "tools");
   expect_error("/v1/chat/completions", "{" + chat + R"(, "tool_choice": "required"})", 400, "tool_choice");
   expect_error("/v1/completions", R"({"prompt": "x", "suffix": "y"})", 400, "suffix");
@@ -458,6 +459,25 @@ TEST_F(ServerTest, ResponseFormatAndGrammarConstrainTheOutput) {
     });
   for (auto& t : clients) t.join();
   for (const std::string& t : texts) EXPECT_EQ(t.substr(t.find_first_not_of(" \n\t"), 1), "{") << t;
+  // json_schema: every answer that ends validates (the schema's keys, types and bounds).
+  const std::string schema = R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 10},
+      "age": {"type": "integer", "minimum": 0}, "pet": {"enum": ["cat", "dog"]}}, "required": ["name", "age", "pet"],
+      "additionalProperties": false})";
+  for (int seed = 0; seed < 4; ++seed) {
+    auto r = post("/v1/chat/completions", "{" + chat + R"(, "max_tokens": 200, "temperature": 1, "seed": )" + std::to_string(seed) +
+                                              R"(, "response_format": {"type": "json_schema", "json_schema": {"name": "person", "schema": )" +
+                                              schema + "}}}");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json j = json::parse(r->body);
+    ASSERT_EQ(j["choices"][0]["finish_reason"], "stop") << r->body;
+    const json person = json::parse(j["choices"][0]["message"]["content"].get<std::string>(), nullptr, false);
+    ASSERT_TRUE(person.is_object()) << r->body;
+    EXPECT_EQ(person.size(), 3u) << person;
+    EXPECT_TRUE(person["name"].is_string() && person["name"].get<std::string>().size() <= 10) << person;
+    EXPECT_TRUE(person["age"].is_number_integer() && person["age"].get<int64_t>() >= 0) << person;
+    EXPECT_TRUE(person["pet"] == "cat" || person["pet"] == "dog") << person;
+  }
   auto r = post("/v1/completions", R"({"prompt": "Once upon a time", "max_tokens": 50, "temperature": 1, "stream": true,
       "grammar": "root ::= \"The \" [a-z]+ \" is \" [0-9]{1,2} \".\""})");
   ASSERT_TRUE(r);

@@ -6,6 +6,7 @@
 #include "core/timer.h"
 #include "engine/generator.h"
 #include "engine/speculative_generator.h"
+#include "sample/json_schema_grammar.h"
 #include "server/grammar_cache.h"
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
@@ -29,6 +30,7 @@ struct GenerateArgs {
   std::string draft_model;  // speculative decoding with a draft model
   SpeculativeConfig spec;
   std::string grammar, grammar_file;  // GBNF the output must follow
+  std::string json_schema, json_schema_file;  // or JSON the output must follow
 };
 
 // The speculation summary: drafted and kept tokens, by draft position, and target forwards per token.
@@ -47,6 +49,16 @@ void print_spec_stats(const SpecStats& s, int64_t target_forwards, int32_t n_gen
 int run_generate(GenerateArgs& a) {
   if (!a.prompt_file.empty() && !read_text_file(a.prompt_file, a.prompt)) return 1;
   if (!a.grammar_file.empty() && !read_text_file(a.grammar_file, a.grammar)) return 1;
+  if (!a.json_schema_file.empty() && !read_text_file(a.json_schema_file, a.json_schema)) return 1;
+  if (!a.json_schema.empty()) {
+    const nlohmann::json schema = nlohmann::json::parse(a.json_schema, nullptr, false);
+    auto grammar = schema.is_discarded() ? Result<std::string>(Error{"the JSON schema is not JSON"}) : json_schema_to_grammar(schema);
+    if (!grammar.ok()) {
+      std::fprintf(stderr, "error: %s\n", grammar.error().c_str());
+      return 1;
+    }
+    a.grammar = std::move(grammar).value();
+  }
   if (!a.grammar.empty() && (!a.draft_model.empty() || a.spec.ngram > 0)) {
     std::fprintf(stderr, "error: a grammar does not run with speculative decoding (-md, --spec-ngram) yet\n");
     return 1;
@@ -185,6 +197,13 @@ void add_generate(CLI::App& app, Action& run) {
   auto* g = cmd->add_option("--grammar", args->grammar, "GBNF grammar the output must follow (start rule: root)");
   g->excludes(cmd->add_option("--grammar-file", args->grammar_file, "Read the GBNF grammar from a file")
                   ->check(CLI::ExistingFile));
+  auto* j = cmd->add_option("-j,--json-schema", args->json_schema, "JSON Schema the output must follow (as JSON text)");
+  j->excludes(cmd->add_option("--json-schema-file", args->json_schema_file, "Read the JSON Schema from a file")
+                  ->check(CLI::ExistingFile));
+  for (CLI::Option* o : {g, cmd->get_option("--grammar-file")}) {
+    o->excludes(j);
+    o->excludes(cmd->get_option("--json-schema-file"));
+  }
   cmd->add_flag("--ignore-eos", args->ignore_eos, "Keep generating past end-of-sequence tokens");
   add_cache_type_options(cmd, args->kv_types);
   add_speculative_options(cmd, args->draft_model, args->spec, false);

@@ -92,23 +92,50 @@ std::shared_ptr<const std::vector<uint64_t>> GrammarConstraint::allowed(const Gr
   }
   const TokenTrie& trie = *vocab_;
   auto bits = std::make_shared<std::vector<uint64_t>>((static_cast<size_t>(trie.n_vocab()) + 63) / 64, 0);
-  // Depth-first over the trie with the automaton state of each node's bytes; a token is allowed where
-  // its node's state is alive (a character still in part counts: a later token may finish it).
-  struct Frame { int32_t node, state; };
-  std::vector<Frame> todo = {{0, intern(state)}};
-  while (!todo.empty()) {
-    const Frame f = todo.back();
-    todo.pop_back();
-    const TokenTrie::Node& node = trie.nodes()[static_cast<size_t>(f.node)];
+  const auto allow = [&](const TokenTrie::Node& node) {
     for (int32_t i = 0; i < node.n_tokens; ++i) {
       const int32_t t = trie.node_tokens()[static_cast<size_t>(node.first_token + i)];
       (*bits)[static_cast<size_t>(t) / 64] |= uint64_t{1} << (t % 64);
     }
+  };
+  // Depth-first over the trie with the automaton state of each node's bytes; a token is allowed where
+  // its node's state is alive (a character still in part counts: a later token may finish it).
+  struct Frame { int32_t node, state; };
+  std::vector<Frame> todo = {{0, intern(state)}};
+  bool overflow = false;
+  while (!todo.empty() && !overflow) {
+    const Frame f = todo.back();
+    todo.pop_back();
+    const TokenTrie::Node& node = trie.nodes()[static_cast<size_t>(f.node)];
+    allow(node);
     if (!continues_[static_cast<size_t>(f.state)]) continue;
     for (int32_t c = 0; c < node.n_children; ++c) {
       const int32_t child = node.first_child + c;
       const int32_t next = step(f.state, trie.nodes()[static_cast<size_t>(child)].byte);
       if (next >= 0) todo.push_back({child, next});
+    }
+    overflow = states_.size() > 2 * kMaxAutomatonStates;
+  }
+  if (overflow) {
+    // A grammar whose states keep changing with every byte: walk with the states themselves, holding
+    // only the current path's, and drop the automaton.
+    state_ids_.clear();
+    states_.clear();
+    transitions_.clear();
+    continues_.clear();
+    std::fill(bits->begin(), bits->end(), 0);
+    struct StateFrame { int32_t node; GrammarState state; };
+    std::vector<StateFrame> path = {{0, state}};
+    while (!path.empty()) {
+      StateFrame f = std::move(path.back());
+      path.pop_back();
+      const TokenTrie::Node& node = trie.nodes()[static_cast<size_t>(f.node)];
+      allow(node);
+      if (f.state.partial_left == 0 && !grammar_can_continue(f.state)) continue;
+      for (int32_t c = 0; c < node.n_children; ++c) {
+        GrammarState next = grammar_advance_byte(grammar_, f.state, trie.nodes()[static_cast<size_t>(node.first_child + c)].byte);
+        if (!next.dead()) path.push_back({node.first_child + c, std::move(next)});
+      }
     }
   }
   if (cache_.size() >= 4096) cache_.clear();  // bounded memory for grammars with many states

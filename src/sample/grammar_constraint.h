@@ -72,7 +72,8 @@ class GrammarConstraint {
   std::shared_ptr<const std::vector<uint64_t>> allowed(const GrammarState& state) const;
 
   static constexpr int32_t kUnknown = -2;             // a transition not computed yet (-1: dead)
-  static constexpr size_t kMaxAutomatonStates = 1 << 15;  // 256 transitions of 4 bytes each: 32 MiB at most
+  // With at most kMaxGrammarStacks stacks per state, a hostile grammar holds ~100 MiB at most.
+  static constexpr size_t kMaxAutomatonStates = 1 << 13;
   // The automaton's id of a state (-1 for a dead one), adding it if new. Caller holds mutex_.
   int32_t intern(GrammarState state) const;
   // The id of state `id` after one byte. Caller holds mutex_.

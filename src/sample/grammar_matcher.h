@@ -21,7 +21,7 @@
 
 namespace kestrel {
 
-constexpr size_t kMaxGrammarStacks = 1024;
+constexpr size_t kMaxGrammarStacks = 256;
 
 struct GrammarState {
   std::vector<std::vector<int32_t>> stacks;  // [n_stacks][depth] grammar positions, sorted, unique

@@ -7,6 +7,7 @@
 #include <variant>
 
 #include "sample/grammar.h"
+#include "sample/json_schema_grammar.h"
 
 namespace kestrel {
 namespace {
@@ -111,7 +112,7 @@ void refuse_unsupported(Fields& f, bool chat) {
       f.fail("suffix", "'suffix' (insertion) is not supported");
 }
 
-// Structured output: response_format ({"type": "text"} or {"type": "json_object"}) and kestrel's
+// Structured output: response_format (text, json_object, json_schema) and kestrel's
 // `grammar` extension (GBNF text, compiled by the server); at most one of them constrains the output.
 void parse_output_format(Fields& f, CompletionParams& p) {
   constexpr size_t kMaxGrammarBytes = 256 * 1024;
@@ -127,9 +128,18 @@ void parse_output_format(Fields& f, CompletionParams& p) {
     p.grammar = json_grammar_text(true);
     return;
   }
-  if (type == "json_schema")
-    return f.fail("response_format", "'response_format' of type 'json_schema' is not supported yet; use 'json_object' or 'grammar'");
-  f.fail("response_format", "'response_format' must be {\"type\": \"text\"} or {\"type\": \"json_object\"}");
+  if (type == "json_schema") {
+    if (!p.grammar.empty()) return f.fail("response_format", "give either 'response_format' or 'grammar', not both");
+    const json* spec = rf->contains("json_schema") ? &(*rf)["json_schema"] : nullptr;
+    if (!spec || !spec->is_object() || !spec->contains("schema"))
+      return f.fail("response_format", "'response_format' of type 'json_schema' needs 'json_schema': {\"schema\": {...}}");
+    auto grammar = json_schema_to_grammar((*spec)["schema"]);
+    if (!grammar.ok()) return f.fail("response_format", grammar.error());
+    p.grammar = std::move(grammar).value();
+    return;
+  }
+  f.fail("response_format", "'response_format' must be {\"type\": \"text\"}, {\"type\": \"json_object\"} or "
+                            "{\"type\": \"json_schema\", \"json_schema\": {\"schema\": ...}}");
 }
 
 void parse_messages(Fields& f, const json& list, std::vector<ChatMessage>& out) {

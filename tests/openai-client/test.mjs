@@ -1,5 +1,6 @@
 // The official openai npm client (6.x) against a running `kestrel serve` at KESTREL_URL: non-streaming and
-// streaming completions and chat completions, usage in streams, model listing and error handling.
+// streaming completions and chat completions, usage in streams, model listing, error handling and structured
+// output (response_format json_schema / json_object).
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 
@@ -95,4 +96,38 @@ await check('bad request raises BadRequestError', async () => {
     client.completions.create({ model: 'kestrel', prompt: 'x', temperature: 9 }),
     (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && /temperature/.test(e.message),
   );
+});
+
+await check('chat.completions.create json_schema (structured output)', async () => {
+  const schema = {
+    type: 'object',
+    properties: {
+      title: { type: 'string', maxLength: 20 },
+      rating: { type: 'integer', minimum: 0 },
+      mood: { enum: ['happy', 'sad', 'brave'] },
+      tags: { type: 'array', items: { type: 'string', maxLength: 8 }, maxItems: 3 },
+    },
+    required: ['title', 'rating', 'mood', 'tags'],
+    additionalProperties: false,
+  };
+  for (const seed of [1, 2, 3]) {
+    const r = await client.chat.completions.create({
+      model: 'kestrel', messages: [{ role: 'user', content: 'Rate a story as JSON.' }], max_tokens: 300, temperature: 1, seed,
+      response_format: { type: 'json_schema', json_schema: { name: 'review', schema, strict: true } },
+    });
+    assert.equal(r.choices[0].finish_reason, 'stop', r.choices[0].message.content);
+    const review = JSON.parse(r.choices[0].message.content);
+    assert.deepEqual(Object.keys(review).sort(), ['mood', 'rating', 'tags', 'title']);
+    assert.ok(typeof review.title === 'string' && [...review.title].length <= 20);
+    assert.ok(Number.isInteger(review.rating) && review.rating >= 0);
+    assert.ok(['happy', 'sad', 'brave'].includes(review.mood));
+    assert.ok(Array.isArray(review.tags) && review.tags.length <= 3 && review.tags.every((t) => typeof t === 'string'));
+  }
+  const json = await client.chat.completions.create({
+    model: 'kestrel', messages: [{ role: 'user', content: 'JSON please.' }], max_tokens: 400, temperature: 1, seed: 4,
+    response_format: { type: 'json_object' },
+  });
+  const text = json.choices[0].message.content;
+  assert.equal(text.trimStart()[0], '{');
+  if (json.choices[0].finish_reason === 'stop') assert.equal(typeof JSON.parse(text), 'object');
 });

@@ -1,0 +1,26 @@
+// JSON Schema -> GBNF (sample/grammar.h), so that constrained decoding emits only JSON that validates.
+//
+// Supported: type (one or a list), object (properties in their order, required ones always present,
+// optional ones may be left out; additionalProperties false, true or a schema; an object without
+// properties takes any keys), array (items, prefixItems, minItems, maxItems), string (minLength,
+// maxLength, format date / time / date-time / uuid), integer and number (minimum / exclusiveMinimum of 0
+// or 1 as a sign and leading-digit rule), boolean, null, enum, const, anyOf / oneOf, allOf of objects,
+// $ref to "#", "#/$defs/..." and "#/definitions/..." (recursive schemas included), true / {} (any JSON).
+// An object with properties and no additionalProperties gets no other keys (generation never needs them,
+// and the output still validates).
+//
+// Anything else that would constrain the value (pattern, other numeric bounds, multipleOf, uniqueItems,
+// not, if/then/else, dependentRequired, ...) is an error naming the keyword, rather than output the
+// schema would reject. Annotations (title, description, examples, default, $schema, $id, $comment) are
+// ignored.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "core/status.h"
+
+namespace kestrel {
+
+Result<std::string> json_schema_to_grammar(const nlohmann::json& schema);
+
+}  // namespace kestrel

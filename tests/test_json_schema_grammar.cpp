@@ -1,0 +1,144 @@
+// JSON Schema -> grammar: for a set of schemas of the kinds applications send (nested objects, optional
+// properties, enums, arrays with bounds, $ref and recursion, anyOf, formats), texts drawn at random under
+// the compiled grammar are complete JSON that python3-jsonschema validates against the schema; schemas
+// with keywords that cannot be enforced are refused by name.
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "sample/grammar.h"
+#include "sample/grammar_constraint.h"
+#include "sample/json_schema_grammar.h"
+#include "test_support.h"
+
+namespace kestrel {
+namespace {
+
+using json = nlohmann::json;
+
+const std::vector<std::string> kSchemas = {
+    R"({"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer", "minimum": 0}},
+        "required": ["name", "age"], "additionalProperties": false})",
+    R"({"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}, "unit": {"enum": ["celsius", "fahrenheit"]},
+        "days": {"type": "integer", "minimum": 1}}, "required": ["city"]})",
+    R"({"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 4})",
+    R"({"type": "object", "properties": {"id": {"type": "string", "format": "uuid"}, "created": {"type": "string", "format": "date-time"},
+        "birthday": {"type": "string", "format": "date"}}, "required": ["id", "created", "birthday"]})",
+    R"({"$defs": {"node": {"type": "object", "properties": {"value": {"type": "integer"},
+        "children": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 2}}, "required": ["value"]}},
+        "$ref": "#/$defs/node"})",
+    R"({"type": "object", "properties": {"result": {"anyOf": [{"type": "string", "minLength": 1, "maxLength": 5}, {"type": "null"},
+        {"type": "boolean"}]}, "code": {"const": 200}}, "required": ["result", "code"]})",
+    R"({"type": "object", "properties": {"a": {"type": "boolean"}, "b": {"type": "null"}, "c": {"type": ["integer", "string"]}},
+        "additionalProperties": false})",
+    R"({"allOf": [{"type": "object", "properties": {"x": {"type": "number"}}, "required": ["x"]},
+        {"type": "object", "properties": {"y": {"type": "number", "minimum": 0}}, "required": ["y"]}]})",
+    R"({"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string", "maxLength": 6}, "maxItems": 3},
+        "point": {"type": "array", "prefixItems": [{"type": "number"}, {"type": "number"}]}}, "required": ["tags", "point"]})",
+    R"({"type": "object", "properties": {"step": {"type": "string", "enum": ["plan", "act", "done"]},
+        "args": {"type": "object", "additionalProperties": {"type": "integer"}}}})",
+};
+
+// A character-level vocabulary with some longer tokens (and the end token 0).
+std::vector<std::string> walk_vocab() {
+  std::vector<std::string> v = {""};
+  for (int c = 0x20; c < 0x7F; ++c) v.emplace_back(1, static_cast<char>(c));
+  for (const char* t : {"\n", "\": ", "\", \"", "\"}", "true", "false", "null", "\xC3\xA9", "\xC3", "\xA9", "[{\"", "0.5"})
+    v.emplace_back(t);
+  return v;
+}
+
+// Draws a text under the constraint: each step a uniformly random allowed token, the end token as soon as
+// it is allowed. Empty if it did not complete within max_steps.
+std::string random_text(const GrammarConstraint& c, const std::vector<std::string>& vocab, std::mt19937& rng, int max_steps) {
+  GrammarState s = c.start();
+  std::string text;
+  std::vector<float> logits(vocab.size());
+  for (int step = 0; step < max_steps; ++step) {
+    std::fill(logits.begin(), logits.end(), 0.0f);
+    c.mask(s, logits.data(), static_cast<int32_t>(vocab.size()));
+    if (logits[0] == 0.0f) return text;  // complete
+    std::vector<int32_t> allowed;
+    for (size_t t = 1; t < vocab.size(); ++t)
+      if (logits[t] == 0.0f) allowed.push_back(static_cast<int32_t>(t));
+    if (allowed.empty()) return {};
+    const int32_t t = allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(rng)];
+    text += vocab[static_cast<size_t>(t)];
+    s = c.advance(s, t);
+    if (c.complete(s) && !grammar_can_continue(s)) return text;
+  }
+  return {};
+}
+
+TEST(JsonSchemaGrammar, RandomTextsUnderTheGrammarValidate) {
+  std::string out;
+  if (test::run_command("python3 -c 'import jsonschema' 2>&1", out) != 0)
+    GTEST_SKIP() << "python3-jsonschema is not installed (scripts/setup.sh installs it)";
+  const std::vector<std::string> vocab = walk_vocab();
+  auto trie = std::make_shared<TokenTrie>(vocab);
+  json cases = json::array();
+  std::mt19937 rng(11);
+  for (const std::string& text : kSchemas) {
+    const json schema = json::parse(text);
+    auto gbnf = json_schema_to_grammar(schema);
+    ASSERT_TRUE(gbnf.ok()) << text << ": " << gbnf.error();
+    auto g = parse_grammar(gbnf.value());
+    ASSERT_TRUE(g.ok()) << g.error() << "\n" << gbnf.value();
+    GrammarConstraint c(std::move(g).value(), trie, {0});
+    json samples = json::array();
+    for (int i = 0; i < 20; ++i) {
+      const std::string sample = random_text(c, vocab, rng, 4000);
+      ASSERT_FALSE(sample.empty()) << "no complete text within 4000 tokens under " << text;
+      const json parsed = json::parse(sample, nullptr, false);
+      ASSERT_FALSE(parsed.is_discarded()) << sample;
+      samples.push_back(parsed);
+    }
+    cases.push_back({{"schema", schema}, {"samples", samples}});
+  }
+  const std::string path = test::temp_path("json-schema-samples.json");
+  std::ofstream(path) << cases.dump();
+  const std::string script =
+      "import json, sys, jsonschema\n"
+      "bad = 0\n"
+      "for case in json.load(open(sys.argv[1])):\n"
+      "    cls = jsonschema.validators.validator_for(case['schema'], default=jsonschema.Draft202012Validator)\n"
+      "    v = cls(case['schema'], format_checker=jsonschema.FormatChecker())\n"
+      "    for s in case['samples']:\n"
+      "        for e in v.iter_errors(s):\n"
+      "            bad += 1\n"
+      "            print('invalid:', json.dumps(s)[:200], '->', e.message[:200])\n"
+      "print('checked', sum(len(c['samples']) for c in json.load(open(sys.argv[1]))), 'invalid', bad)\n"
+      "sys.exit(1 if bad else 0)\n";
+  const std::string script_path = test::temp_path("validate_samples.py");
+  std::ofstream(script_path) << script;
+  EXPECT_EQ(test::run_command("python3 " + script_path + " " + path + " 2>&1", out), 0) << out;
+  EXPECT_NE(out.find("checked 200 invalid 0"), std::string::npos) << out;
+  std::filesystem::remove(path);
+  std::filesystem::remove(script_path);
+}
+
+TEST(JsonSchemaGrammar, UnenforceableKeywordsAreRefusedByName) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"type": "string", "pattern": "^a+$"})", "'pattern'"},
+      {R"({"type": "integer", "minimum": 5})", "'minimum'"},
+      {R"({"type": "array", "uniqueItems": true})", "'uniqueItems'"},
+      {R"({"$ref": "#/$defs/missing"})", "does not resolve"},
+      {R"({"$ref": "https://example.com/s.json"})", "outside the schema"},
+      {R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})", "'b' is not among"},
+      {R"({"type": "frob"})", "unknown type"},
+      {R"({"type": "string", "format": "ipv6"})", "format 'ipv6'"},
+      {R"({"enum": []})", "non-empty"},
+      {R"(false)", "accepts nothing"},
+      {R"({"type": "array", "minItems": 3, "maxItems": 1})", "below"},
+  };
+  for (const auto& [schema, message] : cases) {
+    auto g = json_schema_to_grammar(json::parse(schema));
+    ASSERT_FALSE(g.ok()) << schema;
+    EXPECT_NE(g.error().find(message), std::string::npos) << schema << " -> " << g.error();
+  }
+}
+
+}  // namespace
+}  // namespace kestrel
