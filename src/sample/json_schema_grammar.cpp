@@ -269,15 +269,17 @@ class SchemaCompiler {
     return new_rule(hint, "\"{\" ws " + (rest_first[0].empty() ? std::string() : rest_first[0] + " ") + "\"}\"");
   }
 
+  // The integer keyword's value in [0, most], or fallback when absent (or, after an error, invalid).
+  int64_t bound(const json& schema, const char* key, int64_t fallback, int64_t most) {
+    if (!schema.contains(key)) return fallback;
+    if (!schema[key].is_number_integer() || schema[key].get<int64_t>() < 0 || schema[key].get<int64_t>() > most) {
+      fail(std::string("'") + key + "' must be an integer in [0, " + std::to_string(most) + "]");
+      return fallback;
+    }
+    return schema[key].get<int64_t>();
+  }
+
   std::string array(const json& schema, const std::string& hint) {
-    const auto count = [&](const char* key, int64_t fallback) -> int64_t {
-      if (!schema.contains(key)) return fallback;
-      if (!schema[key].is_number_integer() || schema[key].get<int64_t>() < 0 || schema[key].get<int64_t>() > 1000) {
-        fail(std::string("'") + key + "' must be an integer in [0, 1000]");
-        return fallback;
-      }
-      return schema[key].get<int64_t>();
-    };
     if (schema.contains("prefixItems")) {
       const json& tuple = schema["prefixItems"];
       if (!tuple.is_array()) {
@@ -290,7 +292,7 @@ class SchemaCompiler {
       return new_rule(hint, body + " \"]\"");
     }
     const std::string item = schema.contains("items") ? visit(schema["items"], hint + "-item") : "value";
-    const int64_t min = count("minItems", 0), max = count("maxItems", -1);
+    const int64_t min = bound(schema, "minItems", 0, 1000), max = bound(schema, "maxItems", -1, 1000);
     if (max >= 0 && max < min) fail("'maxItems' is below 'minItems'");
     // item (, item){min-1, max-1}, or nothing when min is 0.
     std::string more = "( \",\" ws " + item + " ws )";
@@ -314,15 +316,7 @@ class SchemaCompiler {
       }
     }
     if (!schema.contains("minLength") && !schema.contains("maxLength")) return "string";
-    const auto bound = [&](const char* key, int64_t fallback) -> int64_t {
-      if (!schema.contains(key)) return fallback;
-      if (!schema[key].is_number_integer() || schema[key].get<int64_t>() < 0 || schema[key].get<int64_t>() > 4096) {
-        fail(std::string("'") + key + "' must be an integer in [0, 4096]");
-        return fallback;
-      }
-      return schema[key].get<int64_t>();
-    };
-    const int64_t min = bound("minLength", 0), max = bound("maxLength", -1);
+    const int64_t min = bound(schema, "minLength", 0, 4096), max = bound(schema, "maxLength", -1, 4096);
     if (max >= 0 && max < min) fail("'maxLength' is below 'minLength'");
     const std::string reps = max < 0 ? "{" + std::to_string(min) + ",}" : "{" + std::to_string(min) + "," + std::to_string(max) + "}";
     return new_rule(hint, "\"\\\"\" char" + reps + " \"\\\"\"");
