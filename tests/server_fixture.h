@@ -43,7 +43,10 @@ class ServerTest : public ::testing::Test {
     if (tweak) tweak(sc);
     server_ = std::make_unique<HttpServer>(
         *loop_, *tokenizer_,
-        [this](const std::vector<ChatMessage>& m) { return template_->render(m, true, "", ""); }, metrics_, sc,
+        [this](const std::vector<ChatMessage>& m, const nlohmann::ordered_json& tools) {
+          return template_->render(m, true, "", "", tools);
+        },
+        metrics_, sc,
         engine_->max_seq_len());
     ASSERT_TRUE(server_->start().ok());
     server_->set_ready(true);

@@ -423,6 +423,9 @@ TEST_F(ServerTest, UnsupportedParametersAreRefused) {
   const std::string chat = R"("messages": [{"role": "user", "content": "hi"}])";
   expect_error("/v1/chat/completions", "{" + chat + R"(, "response_format": {"type": "json_schema", "json_schema": {}}})", 400, "response_format");
   expect_error("/v1/chat/completions", "{" + chat + R"(, "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "string", "pattern": "a+"}}}})", 400, "response_format");
+  expect_error("/v1/chat/completions", "{" + chat + R"(, "functions": [{"name": "f"}]})", 400, "functions");
+  expect_error("/v1/chat/completions", "{" + chat + R"(, "function_call": {"name": "f"}})", 400, "function_call");
+  // Tools on a server whose template has no tool-call format, and a forced call without tools.
   expect_error("/v1/chat/completions", "{" + chat + R"(, "tools": [{"type": "function", "function": {"name": "f"}}]})", 400, "tools");
   expect_error("/v1/chat/completions", "{" + chat + R"(, "tool_choice": "required"})", 400, "tool_choice");
   expect_error("/v1/completions", R"({"prompt": "x", "suffix": "y"})", 400, "suffix");
@@ -520,6 +523,71 @@ TEST(ChatTemplate, ChatMlDefaultRenders) {
   auto text = t->render({{"system", "Be brief."}, {"user", "Hi"}}, true, "", "");
   ASSERT_TRUE(text.ok()) << text.error();
   EXPECT_EQ(*text, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+}
+
+}  // namespace
+}  // namespace kestrel
+
+namespace kestrel {
+namespace {
+
+// Tool calling through the server (Qwen 2.5's template: Hermes format): a forced call comes back as
+// tool_calls with valid arguments and finish_reason tool_calls, alone and streamed; the tool's result
+// goes back in the history and the model answers in text; bad tools are refused.
+TEST_F(ServerTest, ToolCallsRoundTrip) {
+  start(64, "", [](ServerConfig& c) { c.tool_call_format = ToolCallFormat::Hermes; });
+  const std::string tools = R"([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+      "properties": {"city": {"type": "string", "maxLength": 10}}, "required": ["city"]}}}])";
+  const std::string ask = R"("messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": )" + tools;
+  expect_error("/v1/chat/completions", "{" + ask + R"(, "tool_choice": "sometimes"})", 400, "tool_choice");
+  expect_error("/v1/chat/completions", "{" + ask + R"(, "tool_choice": {"type": "function", "function": {"name": "nope"}}})", 400, "tool_choice");
+  expect_error("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "web"}]})", 400, "tools");
+  expect_error("/v1/completions", R"({"prompt": "x", "tools": [{"type": "function", "function": {"name": "f"}}]})", 400, "tools");
+  for (const char* choice : {R"("required")", R"({"type": "function", "function": {"name": "get_weather"}})"}) {
+    auto r = post("/v1/chat/completions", "{" + ask + R"(, "max_tokens": 120, "temperature": 1, "seed": 3, "tool_choice": )" + choice + "}");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json j = json::parse(r->body);
+    const json& message = j["choices"][0]["message"];
+    ASSERT_EQ(j["choices"][0]["finish_reason"], "tool_calls") << r->body;
+    ASSERT_EQ(message["tool_calls"].size(), 1u) << r->body;
+    const json& call = message["tool_calls"][0];
+    EXPECT_EQ(call["type"], "function");
+    EXPECT_EQ(call["id"].get<std::string>().size(), 9u);
+    EXPECT_EQ(call["function"]["name"], "get_weather");
+    const json args = json::parse(call["function"]["arguments"].get<std::string>());
+    EXPECT_TRUE(args["city"].is_string() && args["city"].get<std::string>().size() <= 10) << args;
+    EXPECT_TRUE(message["content"].is_null()) << r->body;
+
+    // The result goes back; with tool_choice none the model answers in text.
+    json history = json::array({{{"role", "user"}, {"content", "Weather in Paris?"}},
+                                {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", message["tool_calls"]}},
+                                {{"role", "tool"}, {"tool_call_id", call["id"]}, {"content", "{\"celsius\": 21}"}}});
+    json next = {{"messages", history}, {"tools", json::parse(tools)}, {"tool_choice", "none"}, {"max_tokens", 8}};
+    auto answer = post("/v1/chat/completions", next.dump());
+    ASSERT_TRUE(answer);
+    ASSERT_EQ(answer->status, 200) << answer->body;
+    const json a = json::parse(answer->body);
+    EXPECT_TRUE(a["choices"][0]["message"]["content"].is_string());
+    EXPECT_FALSE(a["choices"][0]["message"].contains("tool_calls"));
+  }
+  // Streamed: the call arrives as one delta with index, id, name and arguments.
+  auto r = post("/v1/chat/completions", "{" + ask + R"(, "max_tokens": 120, "temperature": 1, "seed": 4, "stream": true, "tool_choice": "required"})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  json streamed_call;
+  std::string finish;
+  for (size_t at = 0; (at = r->body.find("data: {", at)) != std::string::npos; ++at) {
+    const json event = json::parse(r->body.substr(at + 6, r->body.find('\n', at) - at - 6));
+    const json& c = event["choices"][0];
+    if (c["delta"].contains("tool_calls")) streamed_call = c["delta"]["tool_calls"][0];
+    if (!c["finish_reason"].is_null()) finish = c["finish_reason"];
+  }
+  EXPECT_EQ(finish, "tool_calls");
+  EXPECT_EQ(streamed_call["index"], 0);
+  EXPECT_EQ(streamed_call["function"]["name"], "get_weather");
+  EXPECT_TRUE(json::parse(streamed_call["function"]["arguments"].get<std::string>()).contains("city"));
+  EXPECT_TRUE(wait_idle());
 }
 
 }  // namespace

@@ -51,7 +51,7 @@ int run_generate(GenerateArgs& a) {
   if (!a.grammar_file.empty() && !read_text_file(a.grammar_file, a.grammar)) return 1;
   if (!a.json_schema_file.empty() && !read_text_file(a.json_schema_file, a.json_schema)) return 1;
   if (!a.json_schema.empty()) {
-    const nlohmann::json schema = nlohmann::json::parse(a.json_schema, nullptr, false);
+    const auto schema = nlohmann::ordered_json::parse(a.json_schema, nullptr, false);  // keeps the property order
     auto grammar = schema.is_discarded() ? Result<std::string>(Error{"the JSON schema is not JSON"}) : json_schema_to_grammar(schema);
     if (!grammar.ok()) {
       std::fprintf(stderr, "error: %s\n", grammar.error().c_str());

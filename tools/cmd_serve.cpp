@@ -193,10 +193,11 @@ int run_serve(ServeArgs& a) {
   const Tokenizer& tok = *tokenizer;
   const std::string bos = tok.vocab().bos >= 0 ? tok.token_to_piece(tok.vocab().bos, true) : "";
   const std::string eos = tok.vocab().eos >= 0 ? tok.token_to_piece(tok.vocab().eos, true) : "";
-  ChatRenderer render = [&](const std::vector<ChatMessage>& messages) -> Result<std::string> {
+  ChatRenderer render = [&](const std::vector<ChatMessage>& messages, const nlohmann::ordered_json& tools) -> Result<std::string> {
     if (!chat_template) return Error{template_error};
-    return chat_template->render(messages, true, bos, eos);
+    return chat_template->render(messages, true, bos, eos, tools);
   };
+  a.server.tool_call_format = detect_tool_call_format(template_source);
 
   std::unique_ptr<Model> draft;
   if (!a.draft_model.empty() && !(draft = load_draft_model(a.draft_model, *model))) return 1;

@@ -8,7 +8,7 @@
 namespace kestrel {
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 // The building blocks every compiled schema may use.
 const char* kPrimitives = R"(ws ::= ( " " | "\n" [ \t]{0,16} )?
@@ -51,10 +51,12 @@ class SchemaCompiler {
  public:
   explicit SchemaCompiler(const json& root) : root_(root) {}
 
-  Result<std::string> compile() {
+  Result<std::string> compile(const std::string& prefix, const std::string& suffix) {
     const std::string top = visit(root_, "root-value");
     if (!error_.empty()) return Error{error_};
-    std::string text = "root ::= ws " + top + "\n" + kPrimitives;
+    const std::string around = prefix.empty() && suffix.empty() ? "ws " + top
+                               : (prefix.empty() ? "" : literal(prefix) + " ") + top + (suffix.empty() ? "" : " " + literal(suffix));
+    std::string text = "root ::= " + around + "\n" + kPrimitives;
     for (const auto& [name, body] : rules_) text += name + " ::= " + body + "\n";
     return text;
   }
@@ -351,6 +353,8 @@ class SchemaCompiler {
 
 }  // namespace
 
-Result<std::string> json_schema_to_grammar(const json& schema) { return SchemaCompiler(schema).compile(); }
+Result<std::string> json_schema_to_grammar(const json& schema, const std::string& prefix, const std::string& suffix) {
+  return SchemaCompiler(schema).compile(prefix, suffix);
+}
 
 }  // namespace kestrel

@@ -21,6 +21,10 @@
 
 namespace kestrel {
 
-Result<std::string> json_schema_to_grammar(const nlohmann::json& schema);
+// Properties are generated in the schema's order, so pass the schema as parsed into an ordered_json.
+// prefix / suffix: literal text around the value (the value alone, after optional whitespace, when both
+// are empty).
+Result<std::string> json_schema_to_grammar(const nlohmann::ordered_json& schema, const std::string& prefix = "",
+                                           const std::string& suffix = "");
 
 }  // namespace kestrel

@@ -24,11 +24,13 @@ json bytes_of(const std::string& s) {
 }
 }  // namespace
 
-CompletionResponse::CompletionResponse(const CompletionParams& params, const Tokenizer& tokenizer, std::string model_name)
+CompletionResponse::CompletionResponse(const CompletionParams& params, const Tokenizer& tokenizer, std::string model_name,
+                                       ToolCallFormat tool_format)
     : params_(params),
       tokenizer_(tokenizer),
       model_name_(std::move(model_name)),
       id_(random_id(params.chat ? "chatcmpl-" : "cmpl-")),
+      tool_format_(params.chat ? tool_format : ToolCallFormat::None),
       created_(static_cast<int64_t>(std::time(nullptr))),
       choices_(static_cast<size_t>(std::max(params.n, params.best_of))) {
   for (Choice& c : choices_) c.text = std::make_unique<ChoiceText>(tokenizer, params.stop);
@@ -74,9 +76,35 @@ std::vector<json> CompletionResponse::consume(const StepOutput& out) {
   if (!c.finish.empty()) ++n_finished_;
   c.content += text;
   for (auto& lp : logprobs) c.logprobs.push_back(lp);
+  if (tool_format_ != ToolCallFormat::None) {
+    // The text may be a call: nothing is streamed until it ends.
+    if (c.finish.empty()) return chunks;
+    read_tool_calls(c);
+    if (params_.stream)
+      chunks.push_back(chunk(out.index, c.reply.content, c.logprobs, c.finish,
+                             c.reply.calls.empty() ? json(nullptr) : tool_calls_json(c.reply, true)));
+    return chunks;
+  }
   if (params_.stream && (!text.empty() || !c.finish.empty() || !logprobs.empty()))
     chunks.push_back(chunk(out.index, text, logprobs, c.finish));
   return chunks;
+}
+
+void CompletionResponse::read_tool_calls(Choice& c) {
+  static thread_local std::mt19937_64 rng(std::random_device{}());
+  c.reply = parse_tool_calls(tool_format_, c.content, params_.tools, rng());
+  if (!c.reply.calls.empty() && c.finish == "stop") c.finish = "tool_calls";
+}
+
+json CompletionResponse::tool_calls_json(const ParsedReply& reply, bool with_index) const {
+  json calls = json::array();
+  for (size_t i = 0; i < reply.calls.size(); ++i) {
+    const ToolCall& call = reply.calls[i];
+    json entry = {{"id", call.id}, {"type", "function"}, {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
+    if (with_index) entry["index"] = i;
+    calls.push_back(std::move(entry));
+  }
+  return calls;
 }
 
 bool CompletionResponse::all_stopped_by_text() const {
@@ -86,7 +114,7 @@ bool CompletionResponse::all_stopped_by_text() const {
 }
 
 json CompletionResponse::chunk(int32_t index, const std::string& text, const json& logprobs,
-                               const std::string& finish) const {
+                               const std::string& finish, const json& tool_calls) const {
   json choice = {{"index", index}, {"finish_reason", finish.empty() ? json(nullptr) : json(finish)}};
   json lp = nullptr;
   if (params_.logprobs >= 0) {
@@ -104,6 +132,7 @@ json CompletionResponse::chunk(int32_t index, const std::string& text, const jso
   choice["logprobs"] = lp;
   if (params_.chat) {
     choice["delta"] = finish.empty() || !text.empty() ? json{{"content", text}} : json::object();
+    if (!tool_calls.is_null()) choice["delta"]["tool_calls"] = tool_calls;
     return {{"id", id_}, {"object", "chat.completion.chunk"}, {"created", created_}, {"model", model_name_},
             {"choices", json::array({choice})}};
   }
@@ -166,8 +195,15 @@ json CompletionResponse::full_response() const {
       }
     }
     json choice = {{"index", i}, {"logprobs", lp}, {"finish_reason", c.finish.empty() ? json(nullptr) : json(c.finish)}};
-    if (params_.chat) choice["message"] = {{"role", "assistant"}, {"content", c.content}};
-    else choice["text"] = c.content;
+    if (params_.chat && tool_format_ != ToolCallFormat::None && !c.reply.calls.empty()) {
+      choice["message"] = {{"role", "assistant"},
+                           {"content", c.reply.content.empty() ? json(nullptr) : json(c.reply.content)},
+                           {"tool_calls", tool_calls_json(c.reply, false)}};
+    } else if (params_.chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", c.content}};
+    } else {
+      choice["text"] = c.content;
+    }
     choices.push_back(choice);
   }
   return {{"id", id_}, {"object", params_.chat ? "chat.completion" : "text_completion"}, {"created", created_},

@@ -183,7 +183,8 @@ std::variant<std::vector<int32_t>, ApiError> HttpServer::prompt_tokens(const Com
   // that many tokens.
   const size_t max_tokens = static_cast<size_t>(max_seq_len_);
   if (params.chat) {
-    auto text = render_chat_(params.messages);
+    const bool offer_tools = params.tool_choice != "none";
+    auto text = render_chat_(params.messages, offer_tools ? params.tools : nlohmann::ordered_json(nullptr));
     if (!text.ok()) return ApiError{400, text.error(), "invalid_request_error", "messages"};
     const std::string bos = tokenizer_.vocab().bos >= 0 ? tokenizer_.token_to_piece(tokenizer_.vocab().bos, true) : "";
     const bool has_bos = !bos.empty() && text->compare(0, bos.size(), bos) == 0;
@@ -261,6 +262,15 @@ void HttpServer::handle_completion(const httplib::Request& req, httplib::Respons
   request.prompt = std::move(std::get<std::vector<int32_t>>(prompt));
   request.max_tokens = params->max_tokens > 0 ? params->max_tokens : max_seq_len_;
   request.sampling = params->sampling;
+  const bool tool_calling = params->chat && !params->tools.is_null() && params->tool_choice != "none";
+  if (tool_calling && config_.tool_call_format == ToolCallFormat::None)
+    return fail(ApiError{400, "this model's chat template has no tool-call format (it does not render tools)",
+                         "invalid_request_error", "tools"});
+  if (tool_calling && (params->tool_choice == "required" || params->tool_choice == "function")) {
+    auto forced = tool_call_grammar(config_.tool_call_format, params->tools, params->tool_choice_name);
+    if (!forced.ok()) return fail(ApiError{400, forced.error(), "invalid_request_error", "tools"});
+    params->grammar = std::move(forced).value();
+  }
   if (!params->grammar.empty()) {
     auto grammar = grammars_.get(params->grammar);
     if (!grammar.ok()) return fail(ApiError{400, grammar.error(), "invalid_request_error", "grammar"});
@@ -284,7 +294,8 @@ void HttpServer::handle_completion(const httplib::Request& req, httplib::Respons
   while (!(first = channel->pop(std::chrono::milliseconds(200)))) {}
   if (first->kind == ChannelEvent::Kind::Rejected) return fail(ApiError{400, first->error, "invalid_request_error", ""});
 
-  auto response = std::make_shared<CompletionResponse>(*params, tokenizer_, config_.model_name);
+  auto response = std::make_shared<CompletionResponse>(
+      *params, tokenizer_, config_.model_name, tool_calling ? config_.tool_call_format : ToolCallFormat::None);
   // Per-request timing for the TTFT / TPOT histograms.
   struct Timing {
     double first_token_s = -1, last_token_s = 0;

@@ -27,6 +27,7 @@
 #include "server/http_listener.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
+#include "server/tool_calls.h"
 #include "server/request_queue.h"
 #include "server/web_policy.h"
 #include "tokenizer/tokenizer.h"
@@ -39,6 +40,7 @@ struct ServerConfig {
   std::string api_key;              // empty: no authentication
   std::string cors_origin;          // browser origin allowed to call the API ("*": any); see WebPolicy
   std::string model_name = "kestrel";
+  ToolCallFormat tool_call_format = ToolCallFormat::None;  // the chat template's (tool calling)
   size_t max_body_bytes = 1 << 20;  // larger request bodies get a 413
   size_t max_request_line_bytes = 8 * 1024;  // 414 beyond
   size_t max_header_bytes = 64 * 1024;       // 431 beyond (request line and headers together)
@@ -46,8 +48,9 @@ struct ServerConfig {
   int reserved_threads = 32;        // threads never held by completions (refusals, health, metrics)
 };
 
-// Renders chat messages to the prompt text (the model's chat template), or says why it cannot.
-using ChatRenderer = std::function<Result<std::string>(const std::vector<ChatMessage>&)>;
+// Renders chat messages (and the tools offered, null for none) to the prompt text with the model's chat
+// template, or says why it cannot.
+using ChatRenderer = std::function<Result<std::string>(const std::vector<ChatMessage>&, const nlohmann::ordered_json& tools)>;
 
 class HttpServer {
  public:

@@ -8,11 +8,12 @@
 
 #include "sample/grammar.h"
 #include "sample/json_schema_grammar.h"
+#include "server/tool_calls.h"
 
 namespace kestrel {
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;  // keeps a JSON Schema's property order
 
 // Reads optional fields of one JSON object, remembering the first type or range problem.
 class Fields {
@@ -101,15 +102,46 @@ void parse_logit_bias(Fields& f, const json& object, std::vector<std::pair<int32
 // than a silently different answer. (A value that asks for nothing, such as response_format "text" or an
 // empty tools list, is accepted.)
 void refuse_unsupported(Fields& f, bool chat) {
-  for (const char* key : {"tools", "functions"})
-    if (const json* v = f.find(key); v && !(v->is_array() && v->empty()))
-      f.fail(key, std::string("'") + key + "' (tool calling) is not supported yet");
-  for (const char* key : {"tool_choice", "function_call"})
-    if (const json* v = f.find(key); v && !(v->is_string() && (v->get<std::string>() == "none" || v->get<std::string>() == "auto")))
-      f.fail(key, std::string("'") + key + "' (tool calling) is not supported yet");
+  if (const json* v = f.find("functions"); v && !(v->is_array() && v->empty()))
+    f.fail("functions", "'functions' (the deprecated form) is not supported; use 'tools'");
+  if (const json* v = f.find("function_call"); v && !(v->is_string() && (v->get<std::string>() == "none" || v->get<std::string>() == "auto")))
+    f.fail("function_call", "'function_call' (the deprecated form) is not supported; use 'tool_choice'");
+  if (!chat)
+    for (const char* key : {"tools", "tool_choice"})
+      if (const json* v = f.find(key); v && !(v->is_array() && v->empty()) && !(v->is_string() && v->get<std::string>() == "none"))
+        f.fail(key, std::string("'") + key + "' is for chat completions");
   if (!chat)
     if (const json* v = f.find("suffix"); v && !(v->is_string() && v->get<std::string>().empty()))
       f.fail("suffix", "'suffix' (insertion) is not supported");
+}
+
+// Tool calling (chat): tools and tool_choice. A forced call (required, or a named function) is enforced
+// by a grammar the server builds for the model's format.
+void parse_tools(Fields& f, CompletionParams& p) {
+  if (const json* tools = f.find("tools"); tools && !f.failed()) {
+    if (Status s = validate_tools(*tools); !s.ok()) return f.fail("tools", s.error());
+    if (!tools->empty()) p.tools = *tools;
+  }
+  const json* choice = f.find("tool_choice");
+  if (!choice || f.failed()) return;
+  if (choice->is_string() && (*choice == "none" || *choice == "auto" || *choice == "required")) {
+    p.tool_choice = choice->get<std::string>();
+  } else if (choice->is_object() && choice->value("type", "") == "function" && choice->contains("function") &&
+             (*choice)["function"].is_object() && (*choice)["function"].contains("name") && (*choice)["function"]["name"].is_string()) {
+    p.tool_choice = "function";
+    p.tool_choice_name = (*choice)["function"]["name"].get<std::string>();
+  } else {
+    return f.fail("tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+  }
+  if (p.tool_choice != "none" && p.tool_choice != "auto" && p.tools.is_null())
+    return f.fail("tool_choice", "'tool_choice' " + p.tool_choice + " needs 'tools'");
+  if (p.tool_choice == "function") {
+    bool known = false;
+    for (const json& t : p.tools) known |= t["function"]["name"] == p.tool_choice_name;
+    if (!known) return f.fail("tool_choice", "'tool_choice' names '" + p.tool_choice_name + "', which is not among the tools");
+  }
+  if (p.tool_choice != "none" && p.tool_choice != "auto" && !p.grammar.empty())
+    f.fail("tool_choice", "a forced tool call cannot be combined with 'response_format' or 'grammar'");
 }
 
 // Structured output: response_format (text, json_object, json_schema) and kestrel's
@@ -166,17 +198,30 @@ void parse_messages(Fields& f, const json& list, std::vector<ChatMessage>& out) 
         return f.fail("messages", "message 'content' must be a string or an array of text parts");
       }
     }
+    if (const auto calls = m.find("tool_calls"); calls != m.end() && !calls->is_null()) {
+      if (msg.role != "assistant" || !calls->is_array()) return f.fail("messages", "'tool_calls' must be an array on an assistant message");
+      for (const json& call : *calls)
+        if (!call.is_object() || !call.contains("function") || !call["function"].is_object() ||
+            !call["function"].contains("name") || !call["function"]["name"].is_string())
+          return f.fail("messages", "each tool call needs 'function': {\"name\": ..., \"arguments\": ...}");
+      msg.tool_calls = *calls;
+    }
+    for (const auto& [key, field] : {std::pair<const char*, std::string*>{"tool_call_id", &msg.tool_call_id}, {"name", &msg.name}})
+      if (const auto v = m.find(key); v != m.end() && !v->is_null()) {
+        if (!v->is_string()) return f.fail("messages", std::string("'") + key + "' must be a string");
+        *field = v->get<std::string>();
+      }
     out.push_back(std::move(msg));
   }
 }
 
 }  // namespace
 
-json error_body(const ApiError& error) {
+nlohmann::json error_body(const ApiError& error) {
   return {{"error",
            {{"message", error.message},
             {"type", error.type},
-            {"param", error.param.empty() ? json(nullptr) : json(error.param)},
+            {"param", error.param.empty() ? nlohmann::json(nullptr) : nlohmann::json(error.param)},
             {"code", nullptr}}}};
 }
 
@@ -271,6 +316,7 @@ std::variant<CompletionParams, ApiError> parse_completion_request(const std::str
   if (p.echo) f.fail("echo", "'echo' is not supported");
   f.string("cache_salt", p.cache_salt);
   parse_output_format(f, p);
+  if (chat) parse_tools(f, p);
   if (chat) {
     bool want = false;
     f.boolean("logprobs", want);

@@ -43,6 +43,9 @@ struct CompletionParams {
   bool echo = false;
   std::string cache_salt;
   std::string grammar;                  // GBNF text the output must follow ("" none); json_object sets it
+  nlohmann::ordered_json tools = nullptr;  // chat: the functions the model may call (OpenAI's tools array)
+  std::string tool_choice = "auto";     // none, auto, required, or function (tool_choice_name)
+  std::string tool_choice_name;
 };
 
 // body: the raw request bytes. Returns the parameters or the first problem found.

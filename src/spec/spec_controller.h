@@ -19,7 +19,10 @@ class SpeculationController {
   // confirms the choice doubles the wait (up to kMaxExploreInterval), one that overturns it resets it.
   // measured = false: always speculate up to max_batch.
   explicit SpeculationController(int32_t max_batch, bool measured = true, int32_t explore_every = 32)
-      : max_batch_(max_batch), measured_(measured), explore_every_(explore_every), stats_(static_cast<size_t>(max_batch > 0 ? max_batch : 0) + 1) {}
+      : max_batch_(max_batch),
+        measured_(measured),
+        explore_every_(explore_every),
+        stats_(static_cast<size_t>(max_batch > 0 ? max_batch : 0) + 1, Bucket{.interval = explore_every}) {}
 
   // Whether the next step, with n_decoding sequences decoding, should draft. A try of the other mode lasts
   // until kTrySamples of its steps are recorded (up to kExploreSteps steps: switching to speculation first
@@ -36,7 +39,6 @@ class SpeculationController {
     if (b.explore_left == 0 && b.steps >= b.next_explore) {
       b.explore_left = kExploreSteps;
       b.exploring_spec = !spec_cheaper;
-      if (b.interval == 0) b.interval = explore_every_;
     }
     if (b.explore_left == 0) return spec_cheaper;
     if (--b.explore_left == 0) end_exploration(b);  // out of steps: decide on what was recorded
@@ -84,9 +86,9 @@ class SpeculationController {
   };
   struct Bucket {
     int64_t steps = 0;
-    Mode spec, plain;
+    Mode spec = {}, plain = {};
     int64_t next_explore = 0;  // the step count at which the other mode is tried next
-    int32_t interval = 0;      // steps between tries (0: explore_every, not yet set)
+    int32_t interval = 0;      // steps between tries (starts at explore_every)
     int32_t explore_left = 0;  // steps left in the try under way (0: none)
     int32_t try_samples = 0;   // its steps recorded so far
     bool exploring_spec = false;

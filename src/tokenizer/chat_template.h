@@ -14,6 +14,9 @@ namespace kestrel {
 struct ChatMessage {
   std::string role;     // system, user, assistant or tool
   std::string content;
+  nlohmann::ordered_json tool_calls = nullptr;  // assistant: its calls, OpenAI's form (null: none)
+  std::string tool_call_id = "";                // tool: the call this result answers
+  std::string name = "";                        // tool: the function's name (when given)
 };
 
 // ChatML (<|im_start|>role\n...<|im_end|>), the format servers fall back to for a model without a template.
@@ -26,8 +29,11 @@ inline constexpr const char* kChatMlTemplate =
 class ChatTemplate {
  public:
   static Result<ChatTemplate> parse(const std::string& source);
+  // tools: the OpenAI tools array the template offers the model (null: none). A call's arguments given as
+  // JSON text reach the template as an object (templates print them with tojson).
   Result<std::string> render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                             const std::string& bos_token, const std::string& eos_token) const;
+                             const std::string& bos_token, const std::string& eos_token,
+                             const nlohmann::ordered_json& tools = nullptr) const;
 
  private:
   jinja::Template template_;

@@ -131,3 +131,46 @@ await check('chat.completions.create json_schema (structured output)', async () 
   assert.equal(text.trimStart()[0], '{');
   if (json.choices[0].finish_reason === 'stop') assert.equal(typeof JSON.parse(text), 'object');
 });
+
+// Tool calling round trips on three template families (Hermes/Qwen, Llama 3.1, Mistral): a forced call,
+// the tool's result in the history, then the model's text answer.
+const toolUrls = (process.env.KESTREL_TOOL_URLS ?? `qwen=${process.env.KESTREL_URL ?? 'http://127.0.0.1:8080'}`)
+  .split(',').map((pair) => pair.split('='));
+const tools = [{
+  type: 'function',
+  function: {
+    name: 'get_weather', description: 'The weather in a city',
+    parameters: { type: 'object', properties: { city: { type: 'string', maxLength: 12 }, unit: { enum: ['C', 'F'] } }, required: ['city'] },
+  },
+}];
+for (const [family, url] of toolUrls) {
+  await check(`tool call round trip (${family})`, async () => {
+    const c = new OpenAI({ baseURL: url + '/v1', apiKey: 'none', maxRetries: 0, timeout: 60_000 });
+    const messages = [{ role: 'user', content: 'What is the weather in Paris?' }];
+    const first = await c.chat.completions.create({ model: 'kestrel', messages, tools, tool_choice: 'required', max_tokens: 100, temperature: 1, seed: 5 });
+    assert.equal(first.choices[0].finish_reason, 'tool_calls', JSON.stringify(first));
+    const call = first.choices[0].message.tool_calls[0];
+    assert.equal(call.type, 'function');
+    assert.equal(call.function.name, 'get_weather');
+    assert.match(call.id, /^[A-Za-z0-9]{9}$/);
+    const args = JSON.parse(call.function.arguments);
+    assert.equal(typeof args.city, 'string');
+    messages.push(first.choices[0].message);
+    messages.push({ role: 'tool', tool_call_id: call.id, content: JSON.stringify({ celsius: 21 }) });
+    const answer = await c.chat.completions.create({ model: 'kestrel', messages, tools, tool_choice: 'none', max_tokens: 10, seed: 5 });
+    assert.equal(typeof answer.choices[0].message.content, 'string');
+    assert.ok(!answer.choices[0].message.tool_calls?.length);
+    // Streamed: the call arrives as deltas the client assembles.
+    const stream = await c.chat.completions.create({ model: 'kestrel', messages: messages.slice(0, 1), tools, tool_choice: { type: 'function', function: { name: 'get_weather' } }, max_tokens: 100, temperature: 1, seed: 6, stream: true });
+    let name = '', argText = '', finish = null;
+    for await (const chunk of stream) {
+      for (const ch of chunk.choices) {
+        for (const tc of ch.delta.tool_calls ?? []) { name += tc.function?.name ?? ''; argText += tc.function?.arguments ?? ''; }
+        if (ch.finish_reason) finish = ch.finish_reason;
+      }
+    }
+    assert.equal(finish, 'tool_calls');
+    assert.equal(name, 'get_weather');
+    assert.equal(typeof JSON.parse(argText).city, 'string');
+  });
+}
