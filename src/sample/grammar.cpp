@@ -86,7 +86,11 @@ class Parser {
     for (size_t i = 0; i < pos_ && i < text_.size(); ++i) {
       if (text_[i] == '\n') { ++line; column = 1; } else { ++column; }
     }
-    std::string found = at_end() ? "the end of the text" : "'" + std::string(text_.substr(pos_, 12)) + "'";
+    std::string found = "the end of the text";
+    if (!at_end()) {  // appended, not operator+ (GCC 12 warns falsely about that one with -O2 on AArch64)
+      found = "'";
+      found.append(text_.substr(pos_, 12)).append("'");
+    }
     return Error{"grammar: line " + std::to_string(line) + ", column " + std::to_string(column) + ": expected " +
                  expected + ", found " + found};
   }
