@@ -7,6 +7,7 @@
 #include <string>
 #include <thread>
 
+#include "engine/embedder.h"
 #include "server/engine_loop.h"
 #include "server/http_server.h"
 #include "stories_model.h"
@@ -32,9 +33,12 @@ class ServerTest : public ::testing::Test {
     EngineConfig config;
     config.n_blocks = 256;
     engine_ = std::make_unique<Engine>(*model_, pool_, config);
-    loop_ = std::make_unique<EngineLoop>(*engine_, max_pending, [this](const std::vector<StepOutput>&, const EngineStats& s) {
-      metrics_.engine_stats(s);
-    });
+    EmbedderConfig embedding;
+    embedding.max_input_tokens = 256;
+    embedder_ = std::make_unique<Embedder>(*model_, pool_, embedding);
+    loop_ = std::make_unique<EngineLoop>(
+        *engine_, max_pending, [this](const std::vector<StepOutput>&, const EngineStats& s) { metrics_.engine_stats(s); },
+        embedder_.get());
     loop_->start();
     ServerConfig sc;
     sc.port = 0;
@@ -48,6 +52,7 @@ class ServerTest : public ::testing::Test {
         },
         metrics_, sc,
         engine_->max_seq_len());
+    server_->serve_embeddings(loop_.get(), model_->hparams().n_embd, embedding.max_input_tokens);
     ASSERT_TRUE(server_->start().ok());
     server_->set_ready(true);
     client_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
@@ -91,6 +96,7 @@ class ServerTest : public ::testing::Test {
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<ChatTemplate> template_;
   std::unique_ptr<Engine> engine_;
+  std::unique_ptr<Embedder> embedder_;
   std::unique_ptr<EngineLoop> loop_;
   Metrics metrics_;
   std::unique_ptr<HttpServer> server_;

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -113,6 +114,41 @@ TEST(Cli, GenerateFollowsAGrammar) {
   EXPECT_NE(out.find("grammar: line 2"), std::string::npos) << out;
   std::filesystem::remove(model);
   std::filesystem::remove(grammar);
+}
+
+// kestrel embed: one unit vector per text (per -p, or per line of -f), the same for a text alone and among
+// others; JSON output in OpenAI's shape.
+TEST(Cli, EmbedPrintsOneUnitVectorPerText) {
+  const std::string shared = test::shared_dir();
+  if (shared.empty()) GTEST_SKIP() << "../shared not found (set KESTREL_SHARED); skipping";
+  const std::string model = shared + "/models/stories260K/stories260K.gguf", texts = test::temp_path("cli-embed.txt");
+  {
+    std::ofstream f(texts);
+    f << "Once upon a time\nThe cat sat on the mat\n\nLily had a ball\n";
+  }
+  std::string out, alone;
+  ASSERT_EQ(test::run_command(kestrel_cmd("embed -m " + model + " -f " + texts + " -t 1 2>/dev/null"), out), 0) << out;
+  const std::regex line(R"(embedding (\d+):((?: -?[0-9.e+-]+){64})\n)");
+  std::vector<std::string> vectors;
+  for (std::sregex_iterator it(out.begin(), out.end(), line), end; it != end; ++it) vectors.push_back((*it)[2]);
+  ASSERT_EQ(vectors.size(), 3u) << out;
+  for (const std::string& v : vectors) {
+    std::istringstream in(v);
+    double norm = 0, x;
+    while (in >> x) norm += x * x;
+    EXPECT_NEAR(norm, 1.0, 1e-4) << v;
+  }
+  ASSERT_EQ(test::run_command(kestrel_cmd("embed -m " + model + " -p 'The cat sat on the mat' 2>/dev/null"), alone), 0);
+  EXPECT_EQ(alone, "embedding 0:" + vectors[1] + "\n");
+  ASSERT_EQ(test::run_command(kestrel_cmd("embed -m " + model + " -p a -p b --pooling mean --output-format json 2>/dev/null"), out), 0);
+  const auto j = nlohmann::json::parse(out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << out;
+  ASSERT_EQ(j["data"].size(), 2u);
+  EXPECT_EQ(j["data"][1]["embedding"].size(), 64u);
+  EXPECT_NE(test::run_command(kestrel_cmd("embed -m " + model + " 2>&1"), out), 0);
+  EXPECT_NE(out.find("nothing to embed"), std::string::npos) << out;
+  EXPECT_NE(test::run_command(kestrel_cmd("embed -m " + model + " -p a --pooling max 2>&1"), out), 0);
+  std::filesystem::remove(texts);
 }
 
 // kestrel quantize: a summary line per tensor and totals; the file it writes runs; bad arguments are named.

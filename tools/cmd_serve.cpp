@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "common.h"
+#include "engine/embedder.h"
 #include "engine/engine.h"
 #include "engine/prefill_worker.h"
 #include "engine/speculative_generator.h"
@@ -20,6 +21,9 @@
 
 namespace kestrel::cli {
 namespace {
+
+// The longest /v1/embeddings input (its KV pages are allocated on the first request).
+constexpr int32_t kMaxEmbeddingInputTokens = 8192;
 
 std::atomic<int> g_signals{0};  // SIGINT/SIGTERM received: the first drains, the second stops at once
 extern "C" void on_signal(int) { g_signals.fetch_add(1); }
@@ -49,6 +53,7 @@ struct ServeArgs {
   std::string dp_policy = "cache";
   int prefill_ranks = 0;    // prefill/decode disaggregation: ranks 1..prefill_ranks prefill, rank 0 decodes
   int decode_ranks = 1;
+  std::string pooling;      // /v1/embeddings: mean, cls or last ("": the model's)
 };
 
 // The engine's settings from the flags, with n_blocks KV pages.
@@ -239,15 +244,25 @@ int run_serve(ServeArgs& a) {
   std::vector<std::unique_ptr<Engine>> engines;
   std::vector<std::unique_ptr<EngineLoop>> loops;
   std::vector<RequestQueue*> replicas;
+  // /v1/embeddings on replica 0's engine thread, when the model is whole in this process.
+  std::unique_ptr<Embedder> embedder;
   for (int r = 0; r < a.dp; ++r) {
     EngineConfig replica_config = config;
     // Replicas 1.. on other ranks: their engines schedule and sample here, their forward passes run there.
     if (replicas_over_ranks && r > 0) replica_config.replica_link = ranks->links.at(static_cast<size_t>(r - 1)).get();
     pools.push_back(std::make_unique<ThreadPool>(replica_config.replica_link ? 1 : a.threads));
     engines.push_back(std::make_unique<Engine>(*model, *pools.back(), replica_config, draft.get()));
+    if (r == 0 && !(groups && groups->split())) {
+      EmbedderConfig embedding;
+      embedding.pooling = a.pooling.empty() ? model_pooling(*model) : parse_pooling(a.pooling).value();
+      embedding.max_input_tokens = std::min<int32_t>(engines.back()->max_seq_len(), kMaxEmbeddingInputTokens);
+      embedding.max_batch_tokens = a.batch;
+      embedder = std::make_unique<Embedder>(*model, *pools.back(), embedding);
+    }
     loops.push_back(std::make_unique<EngineLoop>(
         *engines.back(), static_cast<size_t>(a.max_queue),
-        [&metrics, r](const std::vector<StepOutput>&, const EngineStats& s) { metrics.engine_stats(s, static_cast<size_t>(r)); }));
+        [&metrics, r](const std::vector<StepOutput>&, const EngineStats& s) { metrics.engine_stats(s, static_cast<size_t>(r)); },
+        r == 0 ? embedder.get() : nullptr));
     loops.back()->start();
     replicas.push_back(loops.back().get());
   }
@@ -259,6 +274,8 @@ int run_serve(ServeArgs& a) {
   if (a.server.model_name.empty() || a.server.model_name == "kestrel")
     a.server.model_name = a.alias.empty() ? std::filesystem::path(a.model).filename().string() : a.alias;
   HttpServer server(front, tok, render, metrics, a.server, engines[0]->max_seq_len());
+  if (embedder)
+    server.serve_embeddings(loops[0].get(), model->hparams().n_embd, embedder->config().max_input_tokens);
   if (Status st = server.start(); !st.ok()) {
     std::fprintf(stderr, "error: %s\n", st.error().c_str());
     return 1;
@@ -370,6 +387,10 @@ void add_serve(CLI::App& app, Action& run) {
       ->check(CLI::Range(0, 4096))->capture_default_str();
   cmd->add_option("--decode-ranks", args->decode_ranks, "Ranks that decode (with --prefill-ranks; 1 for now: rank 0)")
       ->check(CLI::Range(1, 4096))->capture_default_str();
+  cmd->add_option("--pooling", args->pooling,
+                  "How /v1/embeddings pools the tokens' hidden states: mean, cls or last (default: the model's "
+                  "pooling_type, else last)")
+      ->check(CLI::IsMember({"mean", "cls", "last"}));
   cmd->add_option("--dp-policy", args->dp_policy,
                   "How the router picks a replica: cache (the longest cached prompt prefix, unless loads drift apart) "
                   "or round-robin")

@@ -24,6 +24,8 @@ void add_serve(CLI::App& app, Action& run);
 void add_perplexity(CLI::App& app, Action& run);
 void add_quantize(CLI::App& app, Action& run);
 void add_prune(CLI::App& app, Action& run);
+void add_embed(CLI::App& app, Action& run);
+void add_chat(CLI::App& app, Action& run);
 // `kestrel bench serve`, a subcommand of bench.
 CLI::App* add_bench_serve(CLI::App& bench, Action& run);
 

@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   kestrel::cli::add_perplexity(app, run);
   kestrel::cli::add_quantize(app, run);
   kestrel::cli::add_prune(app, run);
+  kestrel::cli::add_embed(app, run);
   // llama.cpp's multi-letter short flags, which CLI11 cannot declare.
   std::vector<std::string> args(argv + 1, argv + argc);
   for (std::string& a : args) {

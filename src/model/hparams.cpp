@@ -121,6 +121,7 @@ Result<HParams> read_hparams(const GgufFile& f, const ArchTraits& arch) {
   READ_INT(n_expert_shared, "expert_shared_count", 0, 64, 0);
   READ_INT(n_layer_dense_lead, "leading_dense_block_count", 0, hp.n_layers, 0);
   READ_INT(head_dim_v, "attention.value_length", 1, 4096, hp.head_dim);
+  READ_INT(pooling_type, "pooling_type", 0, 4, 0);
   if (arch.latent_attention) {
     READ_INT(q_lora_rank, "attention.q_lora_rank", 0, kBig, 0);
     READ_INT(kv_lora_rank, "attention.kv_lora_rank", 1, kBig, std::nullopt);

@@ -52,6 +52,9 @@ struct HParams {
   int head_dim_v = 0;    // per-head value width (equals head_dim without MLA)
   float rms_eps = 1e-5f;
   float rope_freq_base = 10000.f;
+  // How an embedding model pools its tokens' hidden states (pooling_type: 1 mean, 2 CLS, 3 last; 0 or
+  // absent: unspecified).
+  int pooling_type = 0;
 
   const LayerShape& layer(int il) const { return layer_shapes[static_cast<size_t>(il)]; }
   bool uniform_layers() const;  // every layer has the same shape

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <span>
+#include <stdexcept>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -174,6 +175,16 @@ void Model::forward(ThreadPool& pool, const ModelInput& batch, KvStorage& kv, fl
   embed(batch, x);
   run_layers(pool, batch, kv, x, ws);
   project_logits(pool, batch, x, logits, ws);
+}
+
+void Model::hidden_states(ThreadPool& pool, const ModelInput& batch, KvStorage& kv, float* hidden,
+                          ForwardWorkspace& ws) const {
+  if (groups_ && groups_->split()) throw std::logic_error("hidden_states needs the whole model in one process");
+  const int n_tok = batch.n_tokens();
+  embed(batch, hidden);
+  run_layers(pool, batch, kv, hidden, ws);
+  ops::rmsnorm(pool, hidden, reinterpret_cast<const float*>(weights_.output_norm->data), hidden, n_tok, hparams_.n_embd,
+               hparams_.rms_eps);
 }
 
 void Model::embed(const ModelInput& batch, float* x) const {

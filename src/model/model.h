@@ -68,6 +68,10 @@ class Model {
   // it makes a fresh one per call.
   void forward(ThreadPool& pool, const ModelInput& batch, KvStorage& kv, float* logits, ForwardWorkspace& ws) const;
   void forward(ThreadPool& pool, const ModelInput& batch, KvStorage& kv, float* logits) const;
+  // Like forward, but returns every token's hidden state after the output norm (what the output matrix
+  // would multiply): hidden [n_tok, n_embd]; batch.logits_rows is ignored. Embeddings. The model must be
+  // whole in this process (process_groups() null or not split).
+  void hidden_states(ThreadPool& pool, const ModelInput& batch, KvStorage& kv, float* hidden, ForwardWorkspace& ws) const;
 
  private:
   Model() = default;

@@ -2,8 +2,8 @@
 
 namespace kestrel {
 
-EngineLoop::EngineLoop(Engine& engine, size_t max_pending, StepObserver on_step)
-    : engine_(engine), max_pending_(max_pending), on_step_(std::move(on_step)) {}
+EngineLoop::EngineLoop(Engine& engine, size_t max_pending, StepObserver on_step, Embedder* embedder)
+    : engine_(engine), max_pending_(max_pending), on_step_(std::move(on_step)), embedder_(embedder) {}
 
 EngineLoop::~EngineLoop() { stop(false); }
 
@@ -30,6 +30,33 @@ bool EngineLoop::submit(Request request, std::shared_ptr<RequestChannel> channel
   return true;
 }
 
+bool EngineLoop::submit_embeddings(std::shared_ptr<EmbeddingJob> job) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!embedder_ || stopping_ || draining_ || n_active_ >= max_pending_) return false;
+    ++n_active_;
+    embeddings_.push_back(std::move(job));
+  }
+  wake_.notify_all();
+  return true;
+}
+
+// Every job queued since the last step, one after another (each input's vector is the same whatever
+// it is batched with: engine/embedder.h).
+void EngineLoop::run_embeddings(std::vector<std::shared_ptr<EmbeddingJob>>& jobs, bool stop_now) {
+  for (const auto& job : jobs) {
+    if (stop_now) {
+      job->vectors.set_value(Error{"the server is shutting down"});
+      continue;
+    }
+    try {
+      job->vectors.set_value(embedder_->embed(job->inputs));
+    } catch (const std::exception& e) {  // (allocation failure): the request fails, the server goes on
+      job->vectors.set_value(Error{std::string("embedding failed: ") + e.what()});
+    }
+  }
+}
+
 void EngineLoop::cancel(const std::shared_ptr<RequestChannel>& channel) {
   channel->cancel();
   {
@@ -54,10 +81,11 @@ void EngineLoop::run() {
   for (;;) {
     std::vector<std::pair<Request, std::shared_ptr<RequestChannel>>> inbox;
     std::vector<std::shared_ptr<RequestChannel>> cancels;
+    std::vector<std::shared_ptr<EmbeddingJob>> embeddings;
     bool stop_now = false;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      const auto has_input = [&] { return stopping_ || !inbox_.empty() || !cancels_.empty(); };
+      const auto has_input = [&] { return stopping_ || !inbox_.empty() || !cancels_.empty() || !embeddings_.empty(); };
       const auto woken = [&] { return has_input() || (draining_ && n_active_ == 0); };
       if (!engine_.has_work() && engine_.polls_while_idle()) {
         wake_.wait_for(lock, std::chrono::milliseconds(50), woken);
@@ -68,9 +96,11 @@ void EngineLoop::run() {
       }
       inbox.swap(inbox_);
       cancels.swap(cancels_);
-      stop_now = stopping_ || (draining_ && n_active_ == 0 && inbox.empty());
+      embeddings.swap(embeddings_);
+      stop_now = stopping_ || (draining_ && n_active_ == 0 && inbox.empty() && embeddings.empty());
     }
-    size_t n_done = 0;  // requests that left this round
+    run_embeddings(embeddings, stop_now);
+    size_t n_done = embeddings.size();  // requests that left this round
     for (auto& [request, channel] : inbox) {
       if (stop_now || channel->cancelled()) {
         channel->push({ChannelEvent::Kind::Rejected, stop_now ? "the server is shutting down" : "cancelled", {}});

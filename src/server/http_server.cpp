@@ -8,6 +8,7 @@
 
 #include "core/timer.h"
 #include "server/completion_response.h"
+#include "server/embedding_response.h"
 
 namespace kestrel {
 
@@ -35,7 +36,8 @@ struct Route {
   const char* allow;
 };
 constexpr Route kRoutes[] = {{"/health", "GET, HEAD"}, {"/ready", "GET, HEAD"},      {"/metrics", "GET, HEAD"},
-                             {"/v1/models", "GET, HEAD"}, {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"}};
+                             {"/v1/models", "GET, HEAD"}, {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
+                             {"/v1/embeddings", "POST"}};
 const Route* find_route(const std::string& path) {
   for (const Route& r : kRoutes)
     if (path == r.path) return &r;
@@ -155,6 +157,9 @@ Status HttpServer::start() {
   s.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
     handle_completion(req, res, reader, true);
   });
+  s.Post("/v1/embeddings", [this](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+    handle_embeddings(req, res, reader);
+  });
 
   // cpp-httplib listens with a backlog of 5, which drops connections when a burst of clients connects at
   // once: remember the listening socket and raise its backlog after the bind (listen() again updates it).
@@ -200,6 +205,110 @@ std::variant<std::vector<int32_t>, ApiError> HttpServer::prompt_tokens(const Com
   return std::move(*tokens);
 }
 
+// Held by a handler (and by a stream's provider until the stream ends) while its request is admitted.
+struct HttpServer::InFlightSlot {
+  explicit InFlightSlot(std::atomic<int>& count) : n(count) {}
+  InFlightSlot(const InFlightSlot&) = delete;
+  ~InFlightSlot() { n.fetch_sub(1); }
+  std::atomic<int>& n;
+};
+
+std::shared_ptr<HttpServer::InFlightSlot> HttpServer::admit(const httplib::Request& req, httplib::Response& res,
+                                                            const httplib::ContentReader& reader, const std::string& endpoint,
+                                                            std::string& body) {
+  auto fail = [&](const ApiError& e) {
+    send_error(res, e);
+    metrics_.request_finished(endpoint, e.status);
+    return nullptr;
+  };
+  auto busy = [&](const char* message) {
+    res.set_header("Retry-After", "1");
+    return fail(ApiError{503, message, "server_overloaded", ""});
+  };
+  // Refusals that need no body come first, so they cost nothing; the unread body closes the connection.
+  if (is_form_content(req.get_header_value("Content-Type"))) {
+    http_->close_after(req);
+    return fail(ApiError{415, "the request body must be JSON (Content-Type: application/json), not a form",
+                         "invalid_request_error", ""});
+  }
+  if (refusing_.load()) {
+    http_->close_after(req);
+    return busy("the server is shutting down");
+  }
+  // Admission: a slot among max_in_flight_, held until the slot is released.
+  if (n_in_flight_.fetch_add(1) >= max_in_flight_) {
+    n_in_flight_.fetch_sub(1);
+    http_->close_after(req);
+    return busy("the server is busy: too many requests in flight");
+  }
+  auto slot = std::make_shared<InFlightSlot>(n_in_flight_);
+  switch (http_->read_body(reader, body)) {
+    case BodyStatus::Ok: return slot;
+    case BodyStatus::Failed:
+      if (res.status != 413) {  // (httplib sets 413 for a Content-Length over the limit)
+        http_->close_after(req);
+        return fail(ApiError{400, "the request body could not be read", "invalid_request_error", ""});
+      }
+      [[fallthrough]];
+    case BodyStatus::TooLarge:
+      http_->close_after(req);
+      return fail(ApiError{413, "the request body is larger than " + std::to_string(config_.max_body_bytes) +
+                                    " bytes (--max-body)", "invalid_request_error", ""});
+  }
+  return nullptr;
+}
+
+void HttpServer::handle_embeddings(const httplib::Request& req, httplib::Response& res,
+                                   const httplib::ContentReader& reader) {
+  const std::string endpoint = "/v1/embeddings";
+  auto fail = [&](const ApiError& e) {
+    send_error(res, e);
+    metrics_.request_finished(endpoint, e.status);
+  };
+  std::string body;
+  const std::shared_ptr<InFlightSlot> slot = admit(req, res, reader, endpoint, body);
+  if (!slot) return;
+  auto parsed = parse_embedding_request(body);
+  body = std::string();
+  if (auto* e = std::get_if<ApiError>(&parsed)) return fail(*e);
+  const EmbeddingParams& params = std::get<EmbeddingParams>(parsed);
+  if (!embeddings_)
+    return fail(ApiError{400, "this server computes no embeddings (the model is split over processes)",
+                         "invalid_request_error", ""});
+  if (params.dimensions != 0 && params.dimensions != n_embd_)
+    return fail(ApiError{400, "'dimensions' must be this model's embedding width, " + std::to_string(n_embd_),
+                         "invalid_request_error", "dimensions"});
+  auto job = std::make_shared<EmbeddingJob>();
+  int64_t n_tokens = 0;
+  const size_t max_tokens = static_cast<size_t>(max_embedding_tokens_);
+  for (size_t i = 0; i < params.inputs.size(); ++i) {
+    const auto& in = params.inputs[i];
+    std::vector<int32_t> ids = std::holds_alternative<std::string>(in)
+                                   ? tokenizer_.encode(std::get<std::string>(in), true, /*parse_special=*/false, max_tokens + 1)
+                                         .value_or(std::vector<int32_t>(max_tokens + 1))
+                                   : std::get<std::vector<int32_t>>(in);
+    const std::string which = params.inputs.size() > 1 ? "input " + std::to_string(i) + " " : "the input ";
+    if (ids.size() > max_tokens)
+      return fail(ApiError{400, which + "is longer than " + std::to_string(max_tokens) + " tokens", "invalid_request_error", "input"});
+    for (int32_t t : ids)
+      if (t >= tokenizer_.vocab().n_tokens())
+        return fail(ApiError{400, which + "holds token id " + std::to_string(t) + ", outside the vocabulary",
+                             "invalid_request_error", "input"});
+    n_tokens += static_cast<int64_t>(ids.size());
+    job->inputs.push_back(std::move(ids));
+  }
+  auto vectors = job->vectors.get_future();
+  if (!embeddings_->submit_embeddings(job)) {
+    res.set_header("Retry-After", "1");
+    return fail(ApiError{503, refusing_.load() ? "the server is shutting down" : "the server is busy: too many requests queued",
+                         "server_overloaded", ""});
+  }
+  auto result = vectors.get();
+  if (!result.ok()) return fail(ApiError{400, result.error(), "invalid_request_error", "input"});
+  res.set_content(dump(embedding_response(*result, params.base64, config_.model_name, n_tokens)), "application/json");
+  metrics_.request_finished(endpoint, 200);
+}
+
 void HttpServer::handle_completion(const httplib::Request& req, httplib::Response& res,
                                    const httplib::ContentReader& reader, bool chat) {
   const std::string endpoint = chat ? "/v1/chat/completions" : "/v1/completions";
@@ -212,45 +321,9 @@ void HttpServer::handle_completion(const httplib::Request& req, httplib::Respons
     res.set_header("Retry-After", "1");
     fail(ApiError{503, message, "server_overloaded", ""});
   };
-  // Refusals that need no body come first, so they cost nothing; the unread body closes the connection.
-  if (is_form_content(req.get_header_value("Content-Type"))) {
-    http_->close_after(req);
-    return fail(ApiError{415, "the request body must be JSON (Content-Type: application/json), not a form",
-                         "invalid_request_error", ""});
-  }
-  if (refusing_.load()) {
-    http_->close_after(req);
-    return busy("the server is shutting down");
-  }
-  // Admission: a slot among max_in_flight_, held until this handler returns.
-  if (n_in_flight_.fetch_add(1) >= max_in_flight_) {
-    n_in_flight_.fetch_sub(1);
-    http_->close_after(req);
-    return busy("the server is busy: too many requests in flight");
-  }
-  // Held by this handler, and by a stream's provider until the stream ends.
-  struct InFlightSlot {
-    explicit InFlightSlot(std::atomic<int>& count) : n(count) {}
-    InFlightSlot(const InFlightSlot&) = delete;
-    ~InFlightSlot() { n.fetch_sub(1); }
-    std::atomic<int>& n;
-  };
-  auto slot = std::make_shared<InFlightSlot>(n_in_flight_);
-
   std::string body;
-  switch (http_->read_body(reader, body)) {
-    case BodyStatus::Ok: break;
-    case BodyStatus::Failed:
-      if (res.status != 413) {  // (httplib sets 413 for a Content-Length over the limit)
-        http_->close_after(req);
-        return fail(ApiError{400, "the request body could not be read", "invalid_request_error", ""});
-      }
-      [[fallthrough]];
-    case BodyStatus::TooLarge:
-      http_->close_after(req);
-      return fail(ApiError{413, "the request body is larger than " + std::to_string(config_.max_body_bytes) +
-                                    " bytes (--max-body)", "invalid_request_error", ""});
-  }
+  const std::shared_ptr<InFlightSlot> slot = admit(req, res, reader, endpoint, body);
+  if (!slot) return;
   auto parsed = parse_completion_request(body, chat);
   body = std::string();
   if (auto* e = std::get_if<ApiError>(&parsed)) return fail(*e);

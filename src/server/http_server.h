@@ -1,5 +1,5 @@
 // The OpenAI-compatible HTTP front end (cpp-httplib): /v1/completions and /v1/chat/completions (JSON or
-// SSE streams), /v1/models, /health, /ready and /metrics. HTTP threads parse and validate, tokenize, hand
+// SSE streams), /v1/embeddings, /v1/models, /health, /ready and /metrics. HTTP threads parse and validate, tokenize, hand
 // requests to the EngineLoop and turn its outputs into responses; they never touch the engine.
 //
 // Errors are OpenAI error objects: 400 for malformed JSON, wrong types, out-of-range values, invalid UTF-8
@@ -58,6 +58,13 @@ class HttpServer {
              const ServerConfig& config, int32_t max_seq_len);
   ~HttpServer();
 
+  // Answer /v1/embeddings through `queue` (vectors of n_embd; inputs of at most max_input_tokens tokens).
+  // Without it the route says the server computes none. Call before start().
+  void serve_embeddings(EmbeddingQueue* queue, int32_t n_embd, int32_t max_input_tokens) {
+    embeddings_ = queue;
+    n_embd_ = n_embd;
+    max_embedding_tokens_ = max_input_tokens;
+  }
   // Binds the address and serves on a background thread; error when the address cannot be bound.
   Status start();
   // Stops accepting connections and waits for the handlers in flight.
@@ -71,8 +78,14 @@ class HttpServer {
   int n_in_flight() const { return n_in_flight_.load(); }
 
  private:
+  struct InFlightSlot;
+  // Admission and the body, common to the POST routes: the request's slot among max_in_flight(), or null
+  // when the request was answered here (busy, shutting down, not JSON, body too large or unreadable).
+  std::shared_ptr<InFlightSlot> admit(const httplib::Request& req, httplib::Response& res,
+                                      const httplib::ContentReader& reader, const std::string& endpoint, std::string& body);
   void handle_completion(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader,
                          bool chat);
+  void handle_embeddings(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader);
   // The request's prompt tokens, or the error to answer with.
   std::variant<std::vector<int32_t>, ApiError> prompt_tokens(const CompletionParams& params) const;
   bool authorized(const httplib::Request& req) const;
@@ -81,6 +94,8 @@ class HttpServer {
   bool screen(const httplib::Request& req, httplib::Response& res) const;
 
   RequestQueue& loop_;
+  EmbeddingQueue* embeddings_ = nullptr;
+  int32_t n_embd_ = 0, max_embedding_tokens_ = 0;
   const Tokenizer& tokenizer_;
   GrammarCache grammars_;  // requests' grammars over this vocabulary
   ChatRenderer render_chat_;

@@ -225,6 +225,55 @@ nlohmann::json error_body(const ApiError& error) {
             {"code", nullptr}}}};
 }
 
+std::variant<EmbeddingParams, ApiError> parse_embedding_request(const std::string& body) {
+  json root = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded()) return ApiError{400, "the request body is not valid JSON (or not valid UTF-8)", "invalid_request_error", ""};
+  if (!root.is_object()) return ApiError{400, "the request body must be a JSON object", "invalid_request_error", ""};
+  EmbeddingParams p;
+  Fields f(root);
+  f.string("model", p.model);
+  std::string format = "float";
+  f.string("encoding_format", format);
+  if (!f.failed() && format != "float" && format != "base64")
+    f.fail("encoding_format", "'encoding_format' must be \"float\" or \"base64\"");
+  p.base64 = format == "base64";
+  f.integer("dimensions", p.dimensions, 1, 1 << 24);
+  const json* input = f.find("input");
+  if (!f.failed() && !input) f.fail("input", "'input' is required: a string, an array of strings, or token ids");
+  if (f.failed()) return f.error();
+  // A string, an array of strings, an array of token ids, or an array of arrays of token ids.
+  const bool one_token_list = input->is_array() && !input->empty() && (*input)[0].is_number();
+  if (input->is_string()) {
+    p.inputs.emplace_back(input->get<std::string>());
+  } else if (one_token_list) {
+    std::vector<int32_t> ids;
+    parse_token_list(f, *input, "input", ids);
+    p.inputs.emplace_back(std::move(ids));
+  } else if (input->is_array() && !input->empty() && input->size() <= kMaxEmbeddingInputs) {
+    for (const json& item : *input) {
+      if (item.is_string()) {
+        p.inputs.emplace_back(item.get<std::string>());
+      } else if (item.is_array()) {
+        std::vector<int32_t> ids;
+        parse_token_list(f, item, "input", ids);
+        p.inputs.emplace_back(std::move(ids));
+      } else {
+        f.fail("input", "'input' items must be strings or arrays of token ids");
+      }
+      if (f.failed()) break;
+    }
+  } else {
+    f.fail("input", "'input' must be a string, or a non-empty array of at most " + std::to_string(kMaxEmbeddingInputs) +
+                        " strings or token-id arrays");
+  }
+  if (f.failed()) return f.error();
+  for (const auto& in : p.inputs)
+    if ((std::holds_alternative<std::string>(in) && std::get<std::string>(in).empty()) ||
+        (std::holds_alternative<std::vector<int32_t>>(in) && std::get<std::vector<int32_t>>(in).empty()))
+      return ApiError{400, "'input' must not hold an empty string or token list", "invalid_request_error", "input"};
+  return p;
+}
+
 std::variant<CompletionParams, ApiError> parse_completion_request(const std::string& body, bool chat) {
   json root = json::parse(body, nullptr, /*allow_exceptions=*/false);  // also rejects invalid UTF-8
   if (root.is_discarded()) return ApiError{400, "the request body is not valid JSON (or not valid UTF-8)", "invalid_request_error", ""};

@@ -1,4 +1,5 @@
-// Parsing and validating OpenAI-style request bodies (/v1/completions and /v1/chat/completions) into
+// Parsing and validating OpenAI-style request bodies (/v1/completions, /v1/chat/completions and
+// /v1/embeddings) into
 // plain fields. Every problem is reported with the parameter it concerns; nothing here throws.
 #pragma once
 #include <cstdint>
@@ -50,6 +51,18 @@ struct CompletionParams {
 
 // body: the raw request bytes. Returns the parameters or the first problem found.
 std::variant<CompletionParams, ApiError> parse_completion_request(const std::string& body, bool chat);
+
+struct EmbeddingParams {
+  std::string model;
+  // One entry per input: its text, or its token ids (the API takes either).
+  std::vector<std::variant<std::string, std::vector<int32_t>>> inputs;
+  bool base64 = false;    // encoding_format "base64": little-endian float32s, base64-encoded
+  int64_t dimensions = 0;  // 0: the model's width; another value must equal it
+};
+
+// At most kMaxEmbeddingInputs inputs per request (OpenAI's limit).
+constexpr size_t kMaxEmbeddingInputs = 2048;
+std::variant<EmbeddingParams, ApiError> parse_embedding_request(const std::string& body);
 
 // OpenAI's error body: {"error": {"message", "type", "param", "code"}}.
 nlohmann::json error_body(const ApiError& error);

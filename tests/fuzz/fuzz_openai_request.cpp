@@ -21,5 +21,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!p.sampling.validate().ok()) std::abort();
     if (chat && p.messages.empty()) std::abort();
   }
+  auto embedding = kestrel::parse_embedding_request(body);
+  if (auto* e = std::get_if<kestrel::ApiError>(&embedding)) {
+    if (e->status != 400 || e->message.empty()) std::abort();
+  } else {
+    const auto& p = std::get<kestrel::EmbeddingParams>(embedding);
+    if (p.inputs.empty() || p.inputs.size() > kestrel::kMaxEmbeddingInputs || p.dimensions < 0) std::abort();
+  }
   return 0;
 }

@@ -1,6 +1,6 @@
 // The official openai npm client (6.x) against a running `kestrel serve` at KESTREL_URL: non-streaming and
 // streaming completions and chat completions, usage in streams, model listing, error handling and structured
-// output (response_format json_schema / json_object).
+// output (response_format json_schema / json_object), tool-call round trips and embeddings.
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 
@@ -174,3 +174,25 @@ for (const [family, url] of toolUrls) {
     assert.equal(typeof JSON.parse(argText).city, 'string');
   });
 }
+
+// Embeddings: the client asks for base64 by default and decodes it; floats on request. A text's vector is
+// the same alone and in a batch of 16, unit length.
+await check('embeddings.create (alone and in a batch of 16, base64 and float)', async () => {
+  const texts = Array.from({ length: 16 }, (_, i) => `${i % 2 ? 'The cat sat on the mat' : 'Once upon a time'} ${'!'.repeat(i)} ${i}`);
+  const batch = await client.embeddings.create({ model: 'kestrel', input: texts });
+  assert.equal(batch.object, 'list');
+  assert.equal(batch.data.length, 16);
+  assert.ok(batch.usage.prompt_tokens > 16);
+  const width = batch.data[0].embedding.length;
+  assert.ok(width > 0);
+  for (const [i, text] of texts.entries()) {
+    assert.equal(batch.data[i].index, i);
+    // (Without encoding_format the client asks for base64 and decodes it.)
+    const alone = await client.embeddings.create({ model: 'kestrel', input: text, ...(i % 2 ? { encoding_format: 'float' } : {}) });
+    assert.deepEqual(alone.data[0].embedding, batch.data[i].embedding, `input ${i}`);
+    const norm = Math.hypot(...alone.data[0].embedding);
+    assert.ok(Math.abs(norm - 1) < 1e-5, `norm ${norm}`);
+  }
+  assert.notDeepEqual(batch.data[0].embedding, batch.data[1].embedding);
+  await assert.rejects(client.embeddings.create({ model: 'kestrel', input: '' }), (e) => e.status === 400);
+});
