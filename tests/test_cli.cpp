@@ -1,4 +1,5 @@
 // The command line: usage errors are clear and non-zero; subcommands work end to end on a generated model.
+#include <array>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -149,6 +150,68 @@ TEST(Cli, EmbedPrintsOneUnitVectorPerText) {
   EXPECT_NE(out.find("nothing to embed"), std::string::npos) << out;
   EXPECT_NE(test::run_command(kestrel_cmd("embed -m " + model + " -p a --pooling max 2>&1"), out), 0);
   std::filesystem::remove(texts);
+}
+
+// kestrel chat: each turn renders the conversation with the template and computes only what the KV cache
+// does not hold yet (the earlier turns are reused); /clear starts over.
+TEST(Cli, ChatReusesTheEarlierTurnsKvAndClears) {
+  const std::string shared = test::shared_dir();
+  if (shared.empty()) GTEST_SKIP() << "../shared not found (set KESTREL_SHARED); skipping";
+  const std::string model = shared + "/models/stories260K/stories260K.gguf";
+  std::string out;
+  ASSERT_EQ(test::run_command("printf 'Hello there\\nTell me a story\\n/clear\\nAgain\\n' | " +
+                                  kestrel_cmd("chat -m " + model + " -n 20 --seed 3 -t 1 --chat-template-file " + shared +
+                                              "/chat-templates/Qwen-Qwen2.5-7B-Instruct.jinja 2>&1"), out), 0) << out;
+  const std::regex turn(R"(\[prompt: (\d+) tokens, (\d+) reused from the cache, (\d+) computed)");
+  std::vector<std::array<int, 3>> turns;
+  for (std::sregex_iterator it(out.begin(), out.end(), turn), end; it != end; ++it)
+    turns.push_back({std::stoi((*it)[1]), std::stoi((*it)[2]), std::stoi((*it)[3])});
+  ASSERT_EQ(turns.size(), 3u) << out;
+  EXPECT_EQ(turns[0][1], 0);
+  EXPECT_GE(turns[1][1], turns[0][0]) << out;  // the first turn (and most of its reply) is not computed again
+  EXPECT_EQ(turns[1][1] + turns[1][2], turns[1][0]);
+  EXPECT_EQ(turns[2][1], 0) << out;  // cleared
+  EXPECT_NE(out.find("[conversation cleared]"), std::string::npos);
+  // generate --chat renders the prompt as the user's turn.
+  ASSERT_EQ(test::run_command(kestrel_cmd("generate -m " + model + " -p Hi -sys 'Be kind' -n 4 --chat-template-file " + shared +
+                                          "/chat-templates/Qwen-Qwen2.5-7B-Instruct.jinja 2>/dev/null"), out), 0);
+  EXPECT_EQ(out.rfind("<|im_start|>system\nBe kind<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n", 0), 0u) << out;
+}
+
+// Ctrl-C stops a reply (the conversation goes on); at the prompt it would leave. A model slow enough
+// that a reply of thousands of tokens is still running a second later.
+TEST(Cli, ChatCtrlCStopsTheReplyAndTheConversationGoesOn) {
+  const std::string shared = test::shared_dir();
+  if (shared.empty()) GTEST_SKIP() << "../shared not found (set KESTREL_SHARED); skipping";
+  const std::string model = test::temp_path("cli-chat.gguf"), dir = test::temp_path("cli-chat");
+  std::string out;
+  ASSERT_EQ(test::run_command(kestrel_cmd("make-model -o " + model + " --type q8_0 --layers 8 --dim 512 --heads 8 "
+                                          "--kv-heads 4 --ffn 1408 --vocab-from " + shared +
+                                          "/tokenizer-tests/ggml-vocab-llama-spm.gguf 2>&1"), out), 0) << out;
+  std::filesystem::create_directories(dir);
+  const std::string script =
+      "mkfifo " + dir + "/in; " + kestrel_cmd("chat -m " + model + " -c 4096 -t 1 --ignore-eos --seed 1") + " < " + dir +
+      "/in > " + dir + "/out 2> " + dir + "/err & pid=$!; exec 3> " + dir + "/in; "
+      "echo 'Tell me a long story' >&3; sleep 1; kill -INT $pid; sleep 1; "
+      "echo /clear >&3; echo 'Another one' >&3; sleep 1; kill -INT $pid; sleep 1; exec 3>&-; "
+      "wait $pid; echo rc=$?; cat " + dir + "/err";
+  {
+    std::ofstream f(dir + "/run.sh");
+    f << script << "\n";
+  }
+  ASSERT_EQ(test::run_command("sh " + dir + "/run.sh 2>&1", out), 0) << out;
+  EXPECT_NE(out.find("rc=0"), std::string::npos) << out;
+  size_t interrupted = 0;
+  for (size_t at = out.find("[interrupted]"); at != std::string::npos; at = out.find("[interrupted]", at + 1)) ++interrupted;
+  EXPECT_EQ(interrupted, 2u) << out;
+  const std::regex reply(R"(reply: (\d+) tokens)");
+  int replies = 0;
+  for (std::sregex_iterator it(out.begin(), out.end(), reply), end; it != end; ++it, ++replies)
+    EXPECT_LT(std::stoi((*it)[1]), 4000) << out;  // stopped before the context filled
+  EXPECT_EQ(replies, 2) << out;
+  EXPECT_NE(out.find("[conversation cleared]"), std::string::npos) << out;
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove(model);
 }
 
 // kestrel quantize: a summary line per tensor and totals; the file it writes runs; bad arguments are named.

@@ -8,6 +8,8 @@
 #include "engine/speculative_generator.h"
 #include "sample/json_schema_grammar.h"
 #include "server/grammar_cache.h"
+#include "tokenizer/chat_prompt.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
 
@@ -31,6 +33,8 @@ struct GenerateArgs {
   SpeculativeConfig spec;
   std::string grammar, grammar_file;  // GBNF the output must follow
   std::string json_schema, json_schema_file;  // or JSON the output must follow
+  bool chat = false;                 // the prompt is a user message, rendered by the chat template
+  std::string chat_template_file, system_prompt;
 };
 
 // The speculation summary: drafted and kept tokens, by draft position, and target forwards per token.
@@ -47,6 +51,7 @@ void print_spec_stats(const SpecStats& s, int64_t target_forwards, int32_t n_gen
 }
 
 int run_generate(GenerateArgs& a) {
+  a.chat = a.chat || !a.chat_template_file.empty() || !a.system_prompt.empty();
   if (!a.prompt_file.empty() && !read_text_file(a.prompt_file, a.prompt)) return 1;
   if (!a.grammar_file.empty() && !read_text_file(a.grammar_file, a.grammar)) return 1;
   if (!a.json_schema_file.empty() && !read_text_file(a.json_schema_file, a.json_schema)) return 1;
@@ -95,7 +100,25 @@ int run_generate(GenerateArgs& a) {
     }
     a.sampling.grammar = std::move(grammar).value();
   }
-  const std::vector<int32_t> prompt = tokenizer->encode(a.prompt, true, true);
+  if (a.chat) {  // the prompt as the user's turn (after the system prompt), ready for the assistant's reply
+    const auto source = chat_template_source(*model, a.chat_template_file);
+    if (!source) return 1;
+    auto tmpl = ChatTemplate::parse(*source);
+    std::vector<ChatMessage> messages;
+    if (!a.system_prompt.empty()) messages.push_back({"system", a.system_prompt});
+    messages.push_back({"user", a.prompt});
+    const Vocab& v = tokenizer->vocab();
+    auto text = tmpl.ok() ? tmpl->render(messages, true, v.bos >= 0 ? tokenizer->token_to_piece(v.bos, true) : "",
+                                         v.eos >= 0 ? tokenizer->token_to_piece(v.eos, true) : "")
+                          : Result<std::string>(Error{"the chat template is not supported: " + tmpl.error()});
+    if (!text.ok()) {
+      std::fprintf(stderr, "error: %s\n", text.error().c_str());
+      return 1;
+    }
+    a.prompt = std::move(text).value();
+  }
+  const std::vector<int32_t> prompt = a.chat ? encode_chat_prompt(*tokenizer, a.prompt, SIZE_MAX).value_or(std::vector<int32_t>())
+                                             : tokenizer->encode(a.prompt, true, true);
   if (prompt.empty()) {
     std::fprintf(stderr, "error: the prompt is empty\n");
     return 1;
@@ -184,15 +207,7 @@ void add_generate(CLI::App& app, Action& run) {
       ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("-b,--batch-size", args->ubatch, "Tokens per forward pass during prefill")->check(CLI::Range(1, 8192));
   cmd->add_option("--block-size", args->block_size, "KV cache page size in tokens")->check(CLI::Range(1, 1024));
-  cmd->add_option("--temp", args->sampling.temperature, "Temperature (0: greedy)");
-  cmd->add_option("--top-k", args->sampling.top_k, "Top-k (0: off)");
-  cmd->add_option("--top-p", args->sampling.top_p, "Top-p (1: off)");
-  cmd->add_option("--min-p", args->sampling.min_p, "Min-p (0: off)");
-  cmd->add_option("--repeat-penalty", args->sampling.repeat_penalty, "Repetition penalty (1: off)");
-  cmd->add_option("--repeat-last-n", args->sampling.penalty_last_n, "Tokens the penalties look back over (-1: all)");
-  cmd->add_option("--presence-penalty", args->sampling.presence_penalty, "Presence penalty");
-  cmd->add_option("--frequency-penalty", args->sampling.frequency_penalty, "Frequency penalty");
-  cmd->add_option("-s,--seed", args->seed, "Random seed (-1: random)");
+  add_sampling_options(cmd, args->sampling, args->seed);
   add_parallel_options(cmd, args->parallel);
   auto* g = cmd->add_option("--grammar", args->grammar, "GBNF grammar the output must follow (start rule: root)");
   g->excludes(cmd->add_option("--grammar-file", args->grammar_file, "Read the GBNF grammar from a file")
@@ -204,6 +219,10 @@ void add_generate(CLI::App& app, Action& run) {
     o->excludes(j);
     o->excludes(cmd->get_option("--json-schema-file"));
   }
+  cmd->add_flag("--chat", args->chat, "Treat the prompt as a user message: render it with the model's chat template");
+  cmd->add_option("--chat-template-file", args->chat_template_file, "Jinja chat template to use instead of the model's "
+                  "(implies --chat)")->check(CLI::ExistingFile);
+  cmd->add_option("--system-prompt", args->system_prompt, "System message before the prompt (implies --chat; also -sys)");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "Keep generating past end-of-sequence tokens");
   add_cache_type_options(cmd, args->kv_types);
   add_speculative_options(cmd, args->draft_model, args->spec, false);

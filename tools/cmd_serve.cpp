@@ -177,18 +177,9 @@ int run_serve(ServeArgs& a) {
     std::fprintf(stderr, "error: %s\n", tokenizer.ok() ? "the model has no tokenizer vocabulary" : tokenizer.error().c_str());
     return 1;
   }
-  // The chat template: --chat-template-file, else the model's own (tokenizer.chat_template).
-  std::string template_source;
-  if (!a.chat_template_file.empty() && !read_text_file(a.chat_template_file, template_source)) return 1;
-  if (template_source.empty()) {
-    auto from_model = model->file().get_string("tokenizer.chat_template");
-    if (from_model.ok() && from_model->has_value()) template_source = **from_model;
-  }
-  if (template_source.empty()) {
-    std::fprintf(stderr, "warning: the model has no chat template (tokenizer.chat_template); chat requests use ChatML "
-                         "(<|im_start|>role ... <|im_end|>); pass --chat-template-file for the model's own format\n");
-    template_source = kChatMlTemplate;
-  }
+  const std::optional<std::string> source = chat_template_source(*model, a.chat_template_file);
+  if (!source) return 1;
+  const std::string& template_source = *source;
   std::unique_ptr<ChatTemplate> chat_template;
   std::string template_error;
   auto parsed = ChatTemplate::parse(template_source);

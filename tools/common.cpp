@@ -11,9 +11,37 @@
 #include <thread>
 
 #include "core/timer.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kestrel::cli {
+
+void add_sampling_options(CLI::App* cmd, SamplingParams& sampling, int64_t& seed) {
+  cmd->add_option("--temp", sampling.temperature, "Temperature (0: greedy)");
+  cmd->add_option("--top-k", sampling.top_k, "Top-k (0: off)");
+  cmd->add_option("--top-p", sampling.top_p, "Top-p (1: off)");
+  cmd->add_option("--min-p", sampling.min_p, "Min-p (0: off)");
+  cmd->add_option("--repeat-penalty", sampling.repeat_penalty, "Repetition penalty (1: off)");
+  cmd->add_option("--repeat-last-n", sampling.penalty_last_n, "Tokens the penalties look back over (-1: all)");
+  cmd->add_option("--presence-penalty", sampling.presence_penalty, "Presence penalty");
+  cmd->add_option("--frequency-penalty", sampling.frequency_penalty, "Frequency penalty");
+  cmd->add_option("-s,--seed", seed, "Random seed (-1: random)");
+}
+
+std::optional<std::string> chat_template_source(const Model& model, const std::string& file) {
+  std::string source;
+  if (!file.empty() && !read_text_file(file, source)) return std::nullopt;
+  if (source.empty()) {
+    auto from_model = model.file().get_string("tokenizer.chat_template");
+    if (from_model.ok() && from_model->has_value()) source = **from_model;
+  }
+  if (source.empty()) {
+    std::fprintf(stderr, "warning: the model has no chat template (tokenizer.chat_template); chat uses ChatML "
+                         "(<|im_start|>role ... <|im_end|>); pass --chat-template-file for the model's own format\n");
+    source = kChatMlTemplate;
+  }
+  return source;
+}
 
 void add_cache_type_options(CLI::App* cmd, KvTypes& types) {
   const auto parse = [](KvType& out) {

@@ -3,11 +3,13 @@
 #include <CLI/CLI.hpp>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "dist/data_parallel_ranks.h"
 #include "model/model.h"
 #include "quant/importance_matrix.h"
+#include "sample/sampler.h"
 #include "spec/spec_config.h"
 
 namespace kestrel::cli {
@@ -30,6 +32,12 @@ void add_chat(CLI::App& app, Action& run);
 CLI::App* add_bench_serve(CLI::App& bench, Action& run);
 
 int default_threads();
+// Sampling flags as llama.cpp's: --temp, --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n,
+// --presence-penalty, --frequency-penalty, -s/--seed (-1: random).
+void add_sampling_options(CLI::App* cmd, SamplingParams& sampling, int64_t& seed);
+// The chat template's source: `file` (--chat-template-file) if given, else the model's own
+// (tokenizer.chat_template), else ChatML with a warning. nullopt when the file cannot be read (printed).
+std::optional<std::string> chat_template_source(const Model& model, const std::string& file);
 // -ctk/--cache-type-k and -ctv/--cache-type-v, llama.cpp's flags and type names (compute/kv_quant.h).
 void add_cache_type_options(CLI::App* cmd, KvTypes& types);
 // Whether the model's K/V rows can be stored as `types`; prints why not.

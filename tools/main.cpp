@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   kestrel::cli::add_quantize(app, run);
   kestrel::cli::add_prune(app, run);
   kestrel::cli::add_embed(app, run);
+  kestrel::cli::add_chat(app, run);
   // llama.cpp's multi-letter short flags, which CLI11 cannot declare.
   std::vector<std::string> args(argv + 1, argv + argc);
   for (std::string& a : args) {
@@ -38,6 +39,7 @@ int main(int argc, char** argv) {
     if (a == "-md") a = "--draft-model";
     if (a == "-ctk") a = "--cache-type-k";
     if (a == "-ctv") a = "--cache-type-v";
+    if (a == "-sys") a = "--system-prompt";
   }
   std::reverse(args.begin(), args.end());  // CLI11 takes the arguments in reverse order
   try {

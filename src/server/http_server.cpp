@@ -9,6 +9,7 @@
 #include "core/timer.h"
 #include "server/completion_response.h"
 #include "server/embedding_response.h"
+#include "tokenizer/chat_prompt.h"
 
 namespace kestrel {
 
@@ -191,9 +192,7 @@ std::variant<std::vector<int32_t>, ApiError> HttpServer::prompt_tokens(const Com
     const bool offer_tools = params.tool_choice != "none";
     auto text = render_chat_(params.messages, offer_tools ? params.tools : nlohmann::ordered_json(nullptr));
     if (!text.ok()) return ApiError{400, text.error(), "invalid_request_error", "messages"};
-    const std::string bos = tokenizer_.vocab().bos >= 0 ? tokenizer_.token_to_piece(tokenizer_.vocab().bos, true) : "";
-    const bool has_bos = !bos.empty() && text->compare(0, bos.size(), bos) == 0;
-    tokens = tokenizer_.encode(*text, !has_bos, /*parse_special=*/true, max_tokens);
+    tokens = encode_chat_prompt(tokenizer_, *text, max_tokens);
   } else if (params.prompt_is_tokens) {
     tokens = params.prompt_tokens;
   } else {
