@@ -10,6 +10,8 @@
 
 #include "sample/grammar.h"
 #include "sample/grammar_constraint.h"
+#include "sample/grammar_matcher.h"
+#include "sample/integer_range_grammar.h"
 #include "sample/json_schema_grammar.h"
 #include "test_support.h"
 
@@ -37,6 +39,10 @@ const std::vector<std::string> kSchemas = {
         {"type": "object", "properties": {"y": {"type": "number", "minimum": 0}}, "required": ["y"]}]})",
     R"({"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string", "maxLength": 6}, "maxItems": 3},
         "point": {"type": "array", "prefixItems": [{"type": "number"}, {"type": "number"}]}}, "required": ["tags", "point"]})",
+    R"({"type": "object", "properties": {"rating": {"type": "integer", "minimum": 1, "maximum": 5},
+        "score": {"type": "number", "minimum": 0, "maximum": 1}, "delta": {"type": "integer", "exclusiveMinimum": -40, "exclusiveMaximum": 7},
+        "price": {"type": "number", "exclusiveMinimum": 0}, "year": {"type": "integer", "minimum": 1900, "maximum": 2100}},
+        "required": ["rating", "score", "delta", "price", "year"]})",
     R"({"type": "object", "properties": {"step": {"type": "string", "enum": ["plan", "act", "done"]},
         "args": {"type": "object", "additionalProperties": {"type": "integer"}}}})",
 };
@@ -114,15 +120,66 @@ TEST(JsonSchemaGrammar, RandomTextsUnderTheGrammarValidate) {
   const std::string script_path = test::temp_path("validate_samples.py");
   std::ofstream(script_path) << script;
   EXPECT_EQ(test::run_command("python3 " + script_path + " " + path + " 2>&1", out), 0) << out;
-  EXPECT_NE(out.find("checked 200 invalid 0"), std::string::npos) << out;
+  EXPECT_NE(out.find("checked " + std::to_string(20 * kSchemas.size()) + " invalid 0"), std::string::npos) << out;
   std::filesystem::remove(path);
   std::filesystem::remove(script_path);
+}
+
+bool accepts(const std::string& expression, const std::string& text) {
+  auto g = parse_grammar("root ::= " + expression + "\n");
+  EXPECT_TRUE(g.ok()) << expression;
+  return g.ok() && grammar_complete(grammar_advance(*g, grammar_start(*g), text));
+}
+
+// Every integer in a window is matched exactly when it lies in [lo, hi]; other spellings never.
+TEST(JsonSchemaGrammar, IntegerRangesMatchExactlyTheIntegersWithin) {
+  const std::vector<std::pair<int64_t, int64_t>> ranges = {
+      {0, 0},     {0, 9},       {1, 5},    {-5, 3},       {-20, -3},  {7, 7},       {10, 99},  {0, 123},
+      {95, 1207}, {-1100, -99}, {-1, 0},   {3, 1000},     {100, 100}, {-999, 999},  {19, 91},  {1900, 2100}};
+  for (const auto& [lo, hi] : ranges) {
+    const std::string expr = integer_range_grammar(lo, hi);
+    auto g = parse_grammar("root ::= " + expr + "\n");
+    ASSERT_TRUE(g.ok()) << expr << ": " << g.error();
+    for (int64_t x = -1300; x <= 2300; ++x)
+      ASSERT_EQ(grammar_complete(grammar_advance(*g, grammar_start(*g), std::to_string(x))), x >= lo && x <= hi)
+          << "[" << lo << ", " << hi << "] " << x << " under " << expr;
+    for (const char* bad : {"-0", "007", "+5", "05", "1.0", "", "-"}) EXPECT_FALSE(accepts(expr, bad)) << bad << " " << expr;
+  }
+  const std::string wide = integer_range_grammar(-kMaxGrammarInteger, kMaxGrammarInteger);
+  for (const char* ok : {"0", "-9999999999999999", "9999999999999999", "123456789"}) EXPECT_TRUE(accepts(wide, ok)) << ok;
+  EXPECT_FALSE(accepts(wide, "99999999999999999"));
+}
+
+// Number bounds: the integer part in range, the fraction only where the edge allows it.
+TEST(JsonSchemaGrammar, NumberBoundsAcceptOnlyValuesWithin) {
+  const auto rule = [](const std::string& schema) {
+    auto g = json_schema_to_grammar(json::parse(schema));
+    EXPECT_TRUE(g.ok()) << schema << ": " << (g.ok() ? "" : g.error());
+    return g.ok() ? *g : std::string();
+  };
+  const auto accepts_value = [](const std::string& grammar, const std::string& text) {
+    auto g = parse_grammar(grammar);
+    EXPECT_TRUE(g.ok());
+    return g.ok() && grammar_complete(grammar_advance(*g, grammar_start(*g), text));
+  };
+  const std::string unit = rule(R"({"type": "number", "minimum": 0, "maximum": 1})");
+  for (const char* ok : {"0", "0.5", "1", "1.0", "1.000", "0.0001"}) EXPECT_TRUE(accepts_value(unit, ok)) << ok;
+  for (const char* bad : {"1.5", "2", "-0.1", "1e1", "1.01", "01"}) EXPECT_FALSE(accepts_value(unit, bad)) << bad;
+  const std::string open = rule(R"({"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 2})");
+  for (const char* ok : {"0.5", "1", "1.99", "0.001"}) EXPECT_TRUE(accepts_value(open, ok)) << ok;
+  for (const char* bad : {"0", "0.0", "2", "2.0", "2.5", "-1"}) EXPECT_FALSE(accepts_value(open, bad)) << bad;
+  const std::string above = rule(R"({"type": "number", "minimum": 10})");
+  for (const char* ok : {"10", "10.5", "123456.25"}) EXPECT_TRUE(accepts_value(above, ok)) << ok;
+  for (const char* bad : {"9.99", "9", "-10"}) EXPECT_FALSE(accepts_value(above, bad)) << bad;
 }
 
 TEST(JsonSchemaGrammar, UnenforceableKeywordsAreRefusedByName) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {R"({"type": "string", "pattern": "^a+$"})", "'pattern'"},
-      {R"({"type": "integer", "minimum": 5})", "'minimum'"},
+      {R"({"type": "integer", "minimum": 5, "maximum": 2})", "no integer"},
+      {R"({"type": "number", "minimum": 0.5})", "whole numbers"},
+      {R"({"type": "number", "maximum": 3})", "lower bound"},
+      {R"({"type": "integer", "multipleOf": 3})", "'multipleOf'"},
       {R"({"type": "array", "uniqueItems": true})", "'uniqueItems'"},
       {R"({"$ref": "#/$defs/missing"})", "does not resolve"},
       {R"({"$ref": "https://example.com/s.json"})", "outside the schema"},

@@ -1,6 +1,11 @@
 #include "sample/json_schema_grammar.h"
 
+#include "sample/integer_range_grammar.h"
+
+#include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <optional>
 #include <map>
 #include <set>
 #include <vector>
@@ -103,7 +108,8 @@ class SchemaCompiler {
                                                    "deprecated", "nullable", "strict", "name"};
     static const std::set<std::string> kKnown = {"type", "properties", "required", "additionalProperties", "items",
                                                  "prefixItems", "minItems", "maxItems", "minLength", "maxLength",
-                                                 "format", "minimum", "exclusiveMinimum", "enum", "const", "anyOf",
+                                                 "format", "minimum", "exclusiveMinimum", "maximum",
+                                                 "exclusiveMaximum", "enum", "const", "anyOf",
                                                  "oneOf", "allOf", "$ref"};
     for (const auto& [key, v] : schema.items())
       if (!kIgnored.count(key) && !kKnown.count(key)) {
@@ -324,24 +330,56 @@ class SchemaCompiler {
     return new_rule(hint, "\"\\\"\" char" + reps + " \"\\\"\"");
   }
 
+  // A numeric bound keyword as a number; nullopt when absent (or, after an error, invalid).
+  std::optional<double> numeric(const json& schema, const char* key) {
+    if (!schema.contains(key)) return std::nullopt;
+    const json& v = schema[key];
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || std::abs(v.get<double>()) > static_cast<double>(kMaxGrammarInteger)) {
+      fail(std::string("'") + key + "' must be a number of at most 16 digits");
+      return std::nullopt;
+    }
+    return v.get<double>();
+  }
+
+  // minimum / maximum / exclusiveMinimum / exclusiveMaximum, exactly: integers by a digit-range rule;
+  // numbers with whole bounds of 0 or more by ranges of their integer part and rules for the fraction at
+  // the edges (no exponent). multipleOf is refused (the kKnown list).
   std::string number(const json& schema, const std::string& type, const std::string& hint) {
-    // Lower bounds a sign and leading-digit rule expresses exactly: >= 0, > 0 / >= 1 (integers).
-    int lower = -1;  // -1 none, 0: non-negative, 1: positive (integer >= 1)
-    if (schema.contains("minimum")) {
-      const json& m = schema["minimum"];
-      if (m.is_number() && m.get<double>() == 0) lower = 0;
-      else if (m.is_number() && m.get<double>() == 1 && type == "integer") lower = 1;
-      else return fail("'minimum' other than 0 (or 1 for integers) is not supported yet"), "value";
+    const auto min = numeric(schema, "minimum"), max = numeric(schema, "maximum");
+    const auto xmin = numeric(schema, "exclusiveMinimum"), xmax = numeric(schema, "exclusiveMaximum");
+    if (!error_.empty()) return "value";
+    if (!min && !max && !xmin && !xmax) return type;
+    if (type == "integer") {
+      int64_t lo = -kMaxGrammarInteger, hi = kMaxGrammarInteger;
+      if (min) lo = std::max(lo, static_cast<int64_t>(std::ceil(*min)));
+      if (xmin) lo = std::max(lo, static_cast<int64_t>(std::floor(*xmin)) + 1);
+      if (max) hi = std::min(hi, static_cast<int64_t>(std::floor(*max)));
+      if (xmax) hi = std::min(hi, static_cast<int64_t>(std::ceil(*xmax)) - 1);
+      if (lo > hi) return fail("no integer lies within the bounds"), "value";
+      return new_rule(hint, integer_range_grammar(lo, hi));
     }
-    if (schema.contains("exclusiveMinimum")) {
-      const json& m = schema["exclusiveMinimum"];
-      if (m.is_number() && m.get<double>() == 0 && type == "integer") lower = 1;
-      else return fail("'exclusiveMinimum' other than 0 for integers is not supported yet"), "value";
-    }
-    if (lower < 0) return type;
-    const std::string digits = lower == 0 ? "( \"0\" | [1-9] [0-9]{0,15} )" : "[1-9] [0-9]{0,15}";
-    if (type == "integer") return new_rule(hint, digits);
-    return new_rule(hint, digits + " ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,2} )?");
+    // Numbers: the integer part in a range with any fraction, and the edges by their fraction.
+    const auto whole = [](const std::optional<double>& b) { return !b || (*b >= 0 && *b == std::floor(*b)); };
+    if (!whole(min) || !whole(max) || !whole(xmin) || !whole(xmax) || (!min && !xmin))
+      return fail("number bounds must be whole numbers of 0 or more, with a lower bound (integers take any)"), "value";
+    if ((min && xmin) || (max && xmax)) return fail("give a bound as minimum or exclusiveMinimum, not both"), "value";
+    const int64_t lo = static_cast<int64_t>(min ? *min : *xmin);
+    const bool lo_open = xmin.has_value();
+    const std::optional<int64_t> hi = max ? std::optional<int64_t>(static_cast<int64_t>(*max))
+                                    : xmax ? std::optional<int64_t>(static_cast<int64_t>(*xmax)) : std::nullopt;
+    const bool hi_open = xmax.has_value();
+    const std::string any_fraction = "( \".\" [0-9]{1,16} )?", nonzero_fraction = "\".\" [0-9]{0,15} [1-9]",
+                      zero_fraction = "( \".\" \"0\"{1,16} )?";
+    std::vector<std::string> alts;
+    const int64_t first_any = lo_open ? lo + 1 : lo;                   // integer parts with any fraction
+    const int64_t last_any = hi ? *hi - 1 : kMaxGrammarInteger;
+    if (first_any <= last_any) alts.push_back(integer_range_grammar(first_any, last_any) + " " + any_fraction);
+    if (lo_open && (!hi || lo < *hi)) alts.push_back("\"" + std::to_string(lo) + "\" " + nonzero_fraction);
+    if (hi && !hi_open && *hi >= first_any) alts.push_back("\"" + std::to_string(*hi) + "\" " + zero_fraction);
+    if (alts.empty()) return fail("no number lies within the bounds"), "value";
+    std::string body;
+    for (const std::string& a : alts) body += (body.empty() ? "" : " | ") + a;
+    return new_rule(hint, body);
   }
 
   const json& root_;
