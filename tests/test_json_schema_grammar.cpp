@@ -43,6 +43,9 @@ const std::vector<std::string> kSchemas = {
         "score": {"type": "number", "minimum": 0, "maximum": 1}, "delta": {"type": "integer", "exclusiveMinimum": -40, "exclusiveMaximum": 7},
         "price": {"type": "number", "exclusiveMinimum": 0}, "year": {"type": "integer", "minimum": 1900, "maximum": 2100}},
         "required": ["rating", "score", "delta", "price", "year"]})",
+    R"({"type": "object", "properties": {"sku": {"type": "string", "pattern": "^[A-Z]{3}-\\d{4}$"},
+        "phone": {"type": "string", "pattern": "^\\+?[0-9]{1,3}[ -]?[0-9]{3}[ -]?[0-9]{4}$"}, "slug": {"type": "string", "pattern": "^[a-z0-9]+(-[a-z0-9]+)*$"},
+        "note": {"type": "string", "pattern": "^(urgent|later): .{0,10}$"}}, "required": ["sku", "phone", "slug", "note"]})",
     R"({"type": "object", "properties": {"step": {"type": "string", "enum": ["plan", "act", "done"]},
         "args": {"type": "object", "additionalProperties": {"type": "integer"}}}})",
 };
@@ -175,7 +178,8 @@ TEST(JsonSchemaGrammar, NumberBoundsAcceptOnlyValuesWithin) {
 
 TEST(JsonSchemaGrammar, UnenforceableKeywordsAreRefusedByName) {
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {R"({"type": "string", "pattern": "^a+$"})", "'pattern'"},
+      {R"({"type": "string", "pattern": "(a)\\1"})", "backreferences"},
+      {R"({"type": "string", "pattern": "^a+$", "maxLength": 3})", "'pattern' together"},
       {R"({"type": "integer", "minimum": 5, "maximum": 2})", "no integer"},
       {R"({"type": "number", "minimum": 0.5})", "whole numbers"},
       {R"({"type": "number", "maximum": 3})", "lower bound"},

@@ -26,7 +26,12 @@ std::string same_length(const std::string& a, const std::string& b) {
   const size_t n = a.size();
   size_t p = 0;
   while (p < n && a[p] == b[p]) ++p;
-  std::string prefix = p ? "\"" + a.substr(0, p) + "\"" : "";
+  std::string prefix;
+  if (p) {
+    prefix = '"';
+    prefix.append(a, 0, p);
+    prefix += '"';
+  }
   if (p == n) return prefix;
   const size_t m = n - p - 1;  // digits after the first that differs
   const std::string a_rest = a.substr(p + 1), b_rest = b.substr(p + 1);
@@ -48,7 +53,8 @@ std::string non_negative(int64_t a, int64_t b) {
   const std::string sb = std::to_string(b);
   while (sa.size() < sb.size()) {  // the rest of a's length, then each longer length in full
     alts.push_back(same_length(sa, std::string(sa.size(), '9')));
-    sa = "1" + std::string(sa.size(), '0');
+    sa.assign(sa.size() + 1, '0');
+    sa[0] = '1';
   }
   alts.push_back(same_length(sa, sb));
   return alts.size() == 1 ? alts[0] : "( " + join(alts, " | ") + " )";

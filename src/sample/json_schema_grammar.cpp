@@ -1,6 +1,7 @@
 #include "sample/json_schema_grammar.h"
 
 #include "sample/integer_range_grammar.h"
+#include "sample/regex_grammar.h"
 
 #include <algorithm>
 #include <cctype>
@@ -108,7 +109,7 @@ class SchemaCompiler {
                                                    "deprecated", "nullable", "strict", "name"};
     static const std::set<std::string> kKnown = {"type", "properties", "required", "additionalProperties", "items",
                                                  "prefixItems", "minItems", "maxItems", "minLength", "maxLength",
-                                                 "format", "minimum", "exclusiveMinimum", "maximum",
+                                                 "format", "pattern", "minimum", "exclusiveMinimum", "maximum",
                                                  "exclusiveMaximum", "enum", "const", "anyOf",
                                                  "oneOf", "allOf", "$ref"};
     for (const auto& [key, v] : schema.items())
@@ -322,6 +323,14 @@ class SchemaCompiler {
         fail("string format '" + f + "' is not supported");
         return "value";
       }
+    }
+    if (schema.contains("pattern")) {
+      if (schema.contains("format") || schema.contains("minLength") || schema.contains("maxLength"))
+        return fail("'pattern' together with format, minLength or maxLength is not supported"), "value";
+      auto expr = schema["pattern"].is_string() ? regex_to_grammar(schema["pattern"].get<std::string>())
+                                                : Result<std::string>(Error{"'pattern' must be a string"});
+      if (!expr.ok()) return fail(expr.error()), "value";
+      return new_rule(hint, "\"\\\"\" " + *expr + " \"\\\"\"");
     }
     if (!schema.contains("minLength") && !schema.contains("maxLength")) return "string";
     const int64_t min = bound(schema, "minLength", 0, 4096), max = bound(schema, "maxLength", -1, 4096);
