@@ -31,6 +31,7 @@ date ::= [1-9] [0-9]{3} "-" ( ( "0" [13578] | "1" [02] ) "-" ( day30 | "31" ) | 
 day28 ::= "0" [1-9] | "1" [0-9] | "2" [0-8]
 day30 ::= day28 | "29" | "30"
 time ::= ( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] ":" [0-5] [0-9] ( "." [0-9]{1,6} )? ( "Z" | [+-] ( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] )
+email ::= [A-Za-z0-9._%+-]{1,32} "@" [A-Za-z0-9] [A-Za-z0-9-]{0,23} ( "." [A-Za-z]{2,8} ){1,2}
 uuid ::= [0-9a-fA-F]{8} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{12}
 )";
 
@@ -110,7 +111,7 @@ class SchemaCompiler {
     static const std::set<std::string> kKnown = {"type", "properties", "required", "additionalProperties", "items",
                                                  "prefixItems", "minItems", "maxItems", "minLength", "maxLength",
                                                  "format", "pattern", "minimum", "exclusiveMinimum", "maximum",
-                                                 "exclusiveMaximum", "enum", "const", "anyOf",
+                                                 "exclusiveMaximum", "propertyNames", "enum", "const", "anyOf",
                                                  "oneOf", "allOf", "$ref"};
     for (const auto& [key, v] : schema.items())
       if (!kIgnored.count(key) && !kKnown.count(key)) {
@@ -249,7 +250,14 @@ class SchemaCompiler {
     std::string extra_kv;
     if (!(extra.is_boolean() && !extra.get<bool>())) {
       const std::string v = extra.is_boolean() ? "value" : visit(extra, hint + "-additional");
-      extra_kv = new_rule(hint + "-kv", "string ws \":\" ws " + v);
+      // Keys as propertyNames says (a string schema: maxLength, pattern, enum, ...), else any string.
+      std::string key = "string";
+      if (schema.contains("propertyNames")) {
+        json names = schema["propertyNames"];
+        if (names.is_object() && !names.contains("type") && !names.contains("enum") && !names.contains("const")) names["type"] = "string";
+        key = visit(names, hint + "-key");
+      }
+      extra_kv = new_rule(hint + "-kv", key + " ws \":\" ws " + v);
     }
     // rest(i, first): the properties from i on, "first" when nothing was written yet (no comma before).
     // Required ones always appear; optional ones may be left out; extra keys may follow at the end.
@@ -319,7 +327,8 @@ class SchemaCompiler {
       if (f == "time") return "\"\\\"\" time \"\\\"\"";
       if (f == "date-time") return "\"\\\"\" date \"T\" time \"\\\"\"";
       if (f == "uuid") return "\"\\\"\" uuid \"\\\"\"";
-      if (f != "email" && f != "uri" && f != "hostname") {  // annotations a plain string satisfies
+      if (f == "email") return "\"\\\"\" email \"\\\"\"";
+      if (f != "uri" && f != "hostname") {  // annotations a plain string satisfies
         fail("string format '" + f + "' is not supported");
         return "value";
       }
