@@ -12,6 +12,7 @@
 #include "io/gguf.h"
 #include "sample/grammar.h"
 #include "sample/grammar_constraint.h"
+#include "sample/json_schema_grammar.h"
 #include "sample/sampler.h"
 #include "server/grammar_cache.h"
 #include "tokenizer/tokenizer.h"

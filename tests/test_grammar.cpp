@@ -10,6 +10,7 @@
 #include "sample/grammar.h"
 #include "sample/grammar_constraint.h"
 #include "sample/grammar_matcher.h"
+#include "sample/json_schema_grammar.h"
 #include "sample/sampler.h"
 #include "stories_model.h"
 #include "test_support.h"

@@ -451,16 +451,4 @@ class Parser {
 
 Result<Grammar> parse_grammar(std::string_view text, std::string_view root) { return Parser(text).parse(root); }
 
-std::string json_grammar_text(bool object_only) {
-  std::string text = object_only ? "root ::= ws object\n" : "root ::= ws ( object | array )\n";
-  text += R"(value  ::= object | array | string | number | ("true" | "false" | "null")
-object ::= "{" ws ( string ws ":" ws value ws ( "," ws string ws ":" ws value ws )* )? "}"
-array  ::= "[" ws ( value ws ( "," ws value ws )* )? "]"
-string ::= "\"" ( [^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\""
-number ::= "-"? ( "0" | [1-9] [0-9]{0,15} ) ( "." [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,2} )?
-ws     ::= ( " " | "\n" [ \t]{0,16} )?
-)";
-  return text;
-}
-
 }  // namespace kestrel

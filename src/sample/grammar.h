@@ -55,8 +55,4 @@ struct Grammar {
 // missing root rule, or left recursion.
 Result<Grammar> parse_grammar(std::string_view text, std::string_view root = "root");
 
-// The GBNF of a JSON text: an object or array after optional whitespace, ending with its closing bracket
-// (object_only: an object, what response_format {"type": "json_object"} asks for).
-std::string json_grammar_text(bool object_only);
-
 }  // namespace kestrel

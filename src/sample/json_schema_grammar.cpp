@@ -413,4 +413,9 @@ Result<std::string> json_schema_to_grammar(const json& schema, const std::string
   return SchemaCompiler(schema).compile(prefix, suffix);
 }
 
+std::string json_grammar_text(bool object_only) {
+  const json schema = object_only ? json{{"type", "object"}} : json{{"type", json::array({"object", "array"})}};
+  return json_schema_to_grammar(schema).value();
+}
+
 }  // namespace kestrel

@@ -29,4 +29,8 @@ namespace kestrel {
 Result<std::string> json_schema_to_grammar(const nlohmann::ordered_json& schema, const std::string& prefix = "",
                                            const std::string& suffix = "");
 
+// Any JSON object (object_only), or any object or array: response_format json_object. The same rules
+// json_schema_to_grammar builds on ({"type": "object"}).
+std::string json_grammar_text(bool object_only);
+
 }  // namespace kestrel
