@@ -26,7 +26,7 @@ TEST(RegexGrammar, AcceptsExactlyWhatTheRegexFinds) {
       "^[a-z]+$",          "^\\d{3}-\\d{4}$",    "ab",                "^a|b$|^(c|d)$" /* refused below */, "^(ab|cd)*e?$",
       "^[A-Z][a-z]{0,3}$", "^\\w+@\\w+\\.com$",  "^[^ab]{2,}$",       "x.y",               "^(?:1|22)+$",
       "^\\S+ \\S+$",       "^[-+]?[0-9]+(\\.[0-9]+)?$",               "^[a-c]{2}\\d?$",    "b+$",               "^.{1,3}$",
-      "^[\\w.-]+$",        "^(a(b|c)?)+$",       "^[0-9a-f]{2}(:[0-9a-f]{2}){1,2}$"};
+      "^[\\w.-]+$",        ",()+0",              "^(a|)*b$",          "^(x?y?)+$",        "^(a(b|c)?)+$",       "^[0-9a-f]{2}(:[0-9a-f]{2}){1,2}$"};
   const std::string alphabet = "abcdex12-+.@ A:_f9Zom";
   std::mt19937 rng(5);
   for (const std::string& pattern : patterns) {
@@ -74,7 +74,8 @@ TEST(RegexGrammar, UnsupportedConstructsAreRefusedByName) {
       {"\\p{L}", "property"},        {"a\\nb", "control"},          {"[a-", "unclosed '['"},
       {"(ab", "unclosed '('"},       {"ab)", "unbalanced"},        {"*a", "nothing before"},
       {"a**", "after a quantifier"}, {"a{x}", "not a quantifier"}, {"a^b", "anchors"},
-      {"[z-a]", "out of order"},     {"\"", "escape"},
+      {"[z-a]", "out of order"},     {"\"", "escape"},           {"r\x8eot", "UTF-8"},
+      {"\xC3", "UTF-8"},
   };
   for (const auto& [pattern, message] : cases) {
     auto r = regex_to_grammar(pattern);

@@ -8,6 +8,26 @@
 namespace kestrel {
 namespace {
 
+// Whether s is well-formed UTF-8 (no stray continuation bytes, truncated or over-long sequences,
+// surrogates, or code points past U+10FFFF).
+bool valid_utf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    uint32_t cp = n == 1 ? c : c & (0x7F >> n);
+    for (size_t k = 1; k < n; ++k) {
+      const unsigned char d = static_cast<unsigned char>(s[i + k]);
+      if ((d & 0xC0) != 0x80) return false;
+      cp = cp << 6 | (d & 0x3F);
+    }
+    static constexpr uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += n;
+  }
+  return true;
+}
+
 // Characters a JSON string must escape: never written by the grammar.
 constexpr const char* kUnsafe = "\"\\\\\\x00-\\x1F";
 
@@ -27,6 +47,7 @@ class RegexParser {
   explicit RegexParser(std::string_view p) : p_(p) {}
 
   Result<std::string> parse() {
+    if (!valid_utf8(p_)) return Error{"pattern: not valid UTF-8"};
     bool anchored_start = false, anchored_end = false;
     std::string_view body = p_;
     if (!body.empty() && body.front() == '^') {
@@ -80,12 +101,16 @@ class RegexParser {
   }
   bool more() const { return pos_ < p_.size() && error_.empty(); }
 
+  // Each sets nullable_: whether what it parsed can match the empty string.
   std::string alternation() {
     std::vector<std::string> alts = {sequence()};
+    bool nullable = nullable_;
     while (more() && p_[pos_] == '|') {
       ++pos_;
       alts.push_back(sequence());
+      nullable = nullable || nullable_;
     }
+    nullable_ = nullable;
     std::string out;
     for (const std::string& a : alts) out += (out.empty() ? "" : " | ") + (a.empty() ? "\"\"" : a);
     return out;
@@ -93,11 +118,21 @@ class RegexParser {
 
   std::string sequence() {
     std::string out;
+    bool nullable = true;
     while (more() && p_[pos_] != '|' && p_[pos_] != ')') {
+      nullable_ = false;
       std::string atom_text = atom();
-      atom_text += quantifier();
+      const bool atom_nullable = nullable_;
+      std::string q = quantifier();
+      // A repeated item that can match nothing would make a left-recursive rule: at most 8 repetitions
+      // (a subset of what the pattern matches).
+      if (atom_nullable && (q == "*" || q == "+")) q = "{0,8}";
+      if (atom_nullable && q.size() > 1 && q.back() == '}' && q[q.size() - 2] == ',') q = "{0,8}";
+      nullable = nullable && (atom_nullable || q == "?" || q == "*" || q.rfind("{0", 0) == 0);
+      atom_text += q;
       out += (out.empty() ? "" : " ") + atom_text;
     }
+    nullable_ = nullable;
     return out;
   }
 
@@ -197,6 +232,10 @@ class RegexParser {
       return "";
     }
     const char e = p_[pos_ + 1];
+    if (static_cast<unsigned char>(e) >= 0x80) {  // an escaped non-ASCII character: itself
+      ++pos_;
+      return atom();
+    }
     pos_ += 2;
     bool negated = false;
     if (const std::string cls = shorthand(e, negated); !cls.empty())
@@ -252,6 +291,10 @@ class RegexParser {
           continue;
         }
         lo = static_cast<unsigned char>(escaped_char(p_[pos_ + 1]));
+        if (lo >= 0x80) {
+          fail("non-ASCII characters in a class are not supported");
+          return "";
+        }
         ++pos_;
       }
       ++pos_;
@@ -293,6 +336,7 @@ class RegexParser {
   std::string_view p_;
   size_t pos_ = 0;
   int depth_ = 0;
+  bool nullable_ = false;
   std::string error_;
 };
 
