@@ -19,6 +19,7 @@
 #include "model/model_maker.h"
 #include "sample/json_schema_grammar.h"
 #include "server/grammar_cache.h"
+#include "json_schema_validation.h"
 #include "test_support.h"
 #include "tokenizer/tokenizer.h"
 
@@ -160,28 +161,9 @@ TEST(SchemaCorpus, EveryOutputOfARandomModelValidatesUnderItsSchema) {
   }
   EXPECT_EQ(valid_unconstrained, 0);
 
-  const std::string samples_path = test::temp_path("schema-corpus-samples.json");
-  std::ofstream(samples_path) << cases.dump();
-  const std::string script =
-      "import json, sys, jsonschema\n"
-      "bad = n = 0\n"
-      "for case in json.load(open(sys.argv[1])):\n"
-      "    cls = jsonschema.validators.validator_for(case['schema'], default=jsonschema.Draft202012Validator)\n"
-      "    v = cls(case['schema'], format_checker=jsonschema.FormatChecker())\n"
-      "    for s in case['samples']:\n"
-      "        n += 1\n"
-      "        for e in v.iter_errors(s):\n"
-      "            bad += 1\n"
-      "            print('invalid', case['name'], json.dumps(s)[:300], '->', e.message[:200])\n"
-      "print('checked', n, 'invalid', bad)\n"
-      "sys.exit(1 if bad else 0)\n";
-  const std::string script_path = test::temp_path("validate_corpus.py");
-  std::ofstream(script_path) << script;
-  EXPECT_EQ(test::run_command("python3 " + script_path + " " + samples_path + " 2>&1", out), 0) << out;
+  EXPECT_EQ(test::validate_with_jsonschema(cases, "schema-corpus", out), 0) << out;
   EXPECT_NE(out.find("checked " + std::to_string(n_texts) + " invalid 0"), std::string::npos) << out;
   EXPECT_EQ(n_texts, corpus.size() * kSamples);
-  std::filesystem::remove(samples_path);
-  std::filesystem::remove(script_path);
   std::filesystem::remove(path);
 }
 
