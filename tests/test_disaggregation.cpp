@@ -1,8 +1,9 @@
-// Prefill/decode disaggregation (`mpirun -np P+1 kestrel serve --prefill-ranks P --decode-ranks 1`): prefill
-// ranks compute prompts and send the KV pages to rank 0, which decodes. Served greedy text equals one
-// process's `kestrel generate` (float and quantized KV pages, alone and concurrent, from the prefill side's
-// prefix cache too), logprobs equal a one-process server's, clients leaving during prefill or generation
-// free KV on both sides, a killed prefill rank ends the job, and what cannot run is refused with a message.
+// Prefill/decode disaggregation (`mpirun -np P+1 kestrel serve --prefill-ranks P --decode-ranks 1`, and with
+// each role split by tensor parallelism, `mpirun -np P+T ... --prefill-ranks P --tp T`): prefill ranks compute
+// prompts and send the KV pages to the decode side. Served greedy text equals one process's `kestrel
+// generate` (float and quantized KV pages, alone and concurrent, from the prefill side's prefix cache too),
+// logprobs equal a one-process server's, clients leaving during prefill or generation free KV on both
+// sides, a killed prefill rank ends the job, and what cannot run is refused with a message.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -26,19 +27,27 @@ TEST(Disaggregation, ServeAnswersWhatOneProcessGenerates) {
   const std::string script = std::string(KESTREL_SOURCE_DIR) + "/tests/scripts/serve_equals_generate.sh";
   struct Case {
     int prefill_ranks;
+    int tp;  // ranks per role group: the decode group and each prefill group split the model over tp ranks
     const char* kv;
   };
-  for (const Case& c : {Case{1, ""}, Case{1, " -ctk q8_0 -ctv q8_0"}, Case{2, ""}}) {
-    if (test::kSanitizerBuild && c.prefill_ranks == 2) continue;  // the same paths as 1 + 1
-    SCOPED_TRACE(std::to_string(c.prefill_ranks) + c.kv);
-    const std::string env = serve_env(c.prefill_ranks + 1, "--prefill-ranks " + std::to_string(c.prefill_ranks) + " -t 1");
+  for (const Case& c : {Case{1, 1, ""}, Case{1, 1, " -ctk q8_0 -ctv q8_0"}, Case{2, 1, ""}, Case{2, 2, ""},
+                        Case{4, 2, " -ctk q8_0 -ctv q8_0"}}) {
+    if (test::kSanitizerBuild && ((c.prefill_ranks == 2 && c.tp == 1) || c.prefill_ranks == 4)) continue;  // the same paths
+    SCOPED_TRACE(std::to_string(c.prefill_ranks) + " tp " + std::to_string(c.tp) + c.kv);
+    const std::string env = serve_env(c.prefill_ranks + c.tp, "--prefill-ranks " + std::to_string(c.prefill_ranks) +
+                                                                  " --tp " + std::to_string(c.tp) + " -t 1");
     std::string out;
     EXPECT_EQ(test::run_command(env + "bash " + script + " " + KESTREL_BINARY + " " + stories + c.kv + " 2>&1", out), 0) << out;
     EXPECT_NE(out.find("serve equals generate on 6 prompts"), std::string::npos) << out;
     EXPECT_NE(out.find("kestrel_pd_prefill_ranks " + std::to_string(c.prefill_ranks)), std::string::npos) << out;
+    EXPECT_NE(out.find("kestrel_pd_group_ranks " + std::to_string(c.tp)), std::string::npos) << out;
     EXPECT_NE(out.find("kestrel_pd_kv_transfer_pages_total"), std::string::npos) << out;
-    // the second round of the same prompts finds them in a prefill rank's prefix cache
-    EXPECT_NE(out.find("kestrel_pd_prefill_cache_hit_tokens_total{rank=\"1\"}"), std::string::npos) << out;
+    if (c.tp > 1) {
+      EXPECT_NE(out.find("kestrel_tensor_parallel_ranks " + std::to_string(c.tp)), std::string::npos) << out;
+    }
+    // the second round of the same prompts finds them in a prefill group's prefix cache (labelled by its leader)
+    EXPECT_NE(out.find("kestrel_pd_prefill_cache_hit_tokens_total{rank=\"" + std::to_string(c.tp) + "\"}"),
+              std::string::npos) << out;
     EXPECT_EQ(out.find("kestrel_prefix_cache_hit_tokens_total 0\n"), std::string::npos) << out;
   }
 }
@@ -54,26 +63,39 @@ TEST(Disaggregation, LogprobsMatchOneProcessAndLeavingClientsFreeKvOnBothSides) 
             0)
       << out;
   const std::string script = std::string(KESTREL_SOURCE_DIR) + "/tests/scripts/serve_disaggregated.sh";
-  const int status = test::run_command(serve_env(2, "--prefill-ranks 1 --decode-ranks 1") + "bash " + script + " " +
-                                           KESTREL_BINARY + " " + shared + "/models/stories260K/stories260K.gguf " + slow + " 2>&1",
-                                       out);
+  // 1 + 1 whole models, and 2 + 2 with each role split by --tp 2 (pages in two shares, imported by both
+  // decode ranks).
+  for (const char* layout : {"-np 2|--prefill-ranks 1 --decode-ranks 1", "-np 4|--prefill-ranks 2 --decode-ranks 2 --tp 2"}) {
+    SCOPED_TRACE(layout);
+    const std::string l = layout;
+    const int n = l[4] - '0';
+    const int status = test::run_command(serve_env(n, l.substr(l.find('|') + 1)) + "bash " + script + " " + KESTREL_BINARY +
+                                             " " + shared + "/models/stories260K/stories260K.gguf " + slow + " 2>&1",
+                                         out);
+    EXPECT_EQ(status, 0) << out;
+    EXPECT_NE(out.find("the same tokens and top-5 logprobs as one process"), std::string::npos) << out;
+    EXPECT_NE(out.find("freed KV on both sides"), std::string::npos) << out;
+  }
   std::remove(slow.c_str());
-  EXPECT_EQ(status, 0) << out;
-  EXPECT_NE(out.find("the same tokens and top-5 logprobs as one process"), std::string::npos) << out;
-  EXPECT_NE(out.find("freed KV on both sides"), std::string::npos) << out;
 }
 
 TEST(Disaggregation, KillingThePrefillRankEndsTheJob) {
   KESTREL_REQUIRE_SHARED(shared);
   const std::string script = std::string(KESTREL_SOURCE_DIR) + "/tests/scripts/serve_rank_killed.sh";
-  std::string out;
-  ASSERT_EQ(test::run_command(serve_env(2, "--prefill-ranks 1 -t 1") + "bash " + script + " " + KESTREL_BINARY + " " +
-                                  shared + "/models/stories260K/stories260K.gguf 2>&1",
-                              out),
-            0)
-      << out;
-  EXPECT_NE(out.find("ended rc="), std::string::npos) << out;
-  EXPECT_EQ(out.find("ended rc=0"), std::string::npos) << out;
+  // 1 + 1, and 2 + 2 over --tp 2 (the rank killed is the second prefill group rank, which follows its leader)
+  for (int tp : {1, 2}) {
+    SCOPED_TRACE(tp);
+    std::string out;
+    ASSERT_EQ(test::run_command(serve_env(2 * tp, "--prefill-ranks " + std::to_string(tp) + " --tp " + std::to_string(tp) +
+                                                     " -t 1") +
+                                    "bash " + script + " " + KESTREL_BINARY + " " + shared +
+                                    "/models/stories260K/stories260K.gguf 2>&1",
+                                out),
+              0)
+        << out;
+    EXPECT_NE(out.find("ended rc="), std::string::npos) << out;
+    EXPECT_EQ(out.find("ended rc=0"), std::string::npos) << out;
+  }
 }
 
 TEST(Disaggregation, WhatCannotRunIsRefusedWithAMessage) {
@@ -90,8 +112,9 @@ TEST(Disaggregation, WhatCannotRunIsRefusedWithAMessage) {
   };
   expect_refused(1, "--prefill-ranks 1", "needs 2 processes: run under mpirun -np 2");
   expect_refused(3, "--prefill-ranks 1", "needs 2 processes, but it was launched as 3");
-  expect_refused(3, "--prefill-ranks 1 --decode-ranks 2", "one decode rank (rank 0) for now");
-  expect_refused(4, "--prefill-ranks 2 --tp 2", "does not combine with --tp, --pp, --ep or --cp yet");
+  expect_refused(3, "--prefill-ranks 1 --decode-ranks 2", "--decode-ranks 2: one decode group for now");
+  expect_refused(3, "--prefill-ranks 1 --tp 2", "--prefill-ranks 1 is not a multiple of --tp 2");
+  expect_refused(4, "--prefill-ranks 2 --pp 2", "does not combine with --pp, --ep or --cp yet");
   expect_refused(2, "--prefill-ranks 1 --spec-ngram 3", "speculative decoding does not run with prefill/decode disaggregation");
 }
 #endif

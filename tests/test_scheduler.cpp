@@ -157,6 +157,9 @@ TEST(StepPlanBytes, RoundTripAndMalformedInput) {
   plan.chunks.push_back({12, 9, {7}, {0, 1, 2}, 1});
   plan.chunks.push_back({13, 4, {}, {8}, 0});
   plan.preempted = {20, 21};
+  plan.imported_pages = {7, 8};
+  plan.exports.push_back({11, 0, {5, 6}});
+  plan.exports.push_back({12, 2, {2}});
   const std::vector<uint8_t> bytes = encode_step_plan(plan);
   auto back = decode_step_plan(bytes);
   ASSERT_TRUE(back.ok()) << back.error();
@@ -170,13 +173,17 @@ TEST(StepPlanBytes, RoundTripAndMalformedInput) {
   std::vector<uint8_t> padded = bytes;
   padded.push_back(0);
   EXPECT_NE(decode_step_plan(padded).error().find("1 bytes after the plan"), std::string::npos);
-  // The first copy's source page (after the magic and the copy count) made negative; the copy count huge.
+  // The first copy's source page (after the magic, the two imported pages and the copy count) made negative;
+  // the copy count huge; the first imported page negative.
   std::vector<uint8_t> bad = bytes;
   const int32_t minus_one = -1, huge = 1 << 30;
-  std::memcpy(bad.data() + 8, &minus_one, 4);
+  std::memcpy(bad.data() + 20, &minus_one, 4);
   EXPECT_NE(decode_step_plan(bad).error().find("negative page id"), std::string::npos);
   bad = bytes;
-  std::memcpy(bad.data() + 4, &huge, 4);
+  std::memcpy(bad.data() + 8, &minus_one, 4);
+  EXPECT_NE(decode_step_plan(bad).error().find("negative imported page id"), std::string::npos);
+  bad = bytes;
+  std::memcpy(bad.data() + 16, &huge, 4);
   EXPECT_NE(decode_step_plan(bad).error().find("bad count of page copies"), std::string::npos);
   bad = bytes;
   bad[0] ^= 1;

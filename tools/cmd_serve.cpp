@@ -51,8 +51,8 @@ struct ServeArgs {
   ParallelArgs split;       // --tp / --ep / --pp / --cp: the model split over processes
   int dp = 1;               // data-parallel replicas in this process
   std::string dp_policy = "cache";
-  int prefill_ranks = 0;    // prefill/decode disaggregation: ranks 1..prefill_ranks prefill, rank 0 decodes
-  int decode_ranks = 1;
+  int prefill_ranks = 0;    // prefill/decode disaggregation: ranks [decode_ranks, +prefill_ranks) prefill
+  int decode_ranks = 0;     // the ranks from 0 that decode (0: --tp's, one decode group)
   std::string pooling;      // /v1/embeddings: mean, cls or last ("": the model's)
 };
 
@@ -73,32 +73,47 @@ EngineConfig engine_config(const ServeArgs& a, int32_t n_blocks) {
   return config;
 }
 
-// --prefill-ranks P --decode-ranks D: the world of `mpirun -np P+D`, or null after printing why not (ending
-// every rank alike when launched by mpirun).
-std::unique_ptr<Communicator> launch_disaggregated(const ServeArgs& a) {
+// --prefill-ranks P --decode-ranks D [--tp T]: the job of `mpirun -np P+D` in groups of T ranks (the model
+// split over each by tensor parallelism): group 0, ranks [0, D = T), decodes, the others prefill. Null after
+// printing why not (ending every rank alike when launched by mpirun).
+std::unique_ptr<DataParallelRanks> launch_disaggregated(const ServeArgs& a) {
   auto world = launch_communicator();
   if (!world.ok()) {
     std::fprintf(stderr, "error: %s\n", world.error().c_str());
     return nullptr;
   }
-  const int want = a.prefill_ranks + a.decode_ranks, size = (*world)->size();
+  const int tp = a.split.tp, decode = a.decode_ranks > 0 ? a.decode_ranks : tp;
+  const int want = a.prefill_ranks + decode, size = (*world)->size();
   std::string why;
-  if (a.split.tp * a.split.pp * a.split.ep * a.split.cp > 1)
-    why = "--prefill-ranks does not combine with --tp, --pp, --ep or --cp yet (each role runs whole models)";
+  if (a.split.pp * a.split.ep * a.split.cp > 1)
+    why = "--prefill-ranks does not combine with --pp, --ep or --cp yet (each role runs whole models, or splits them by --tp)";
   else if (a.dp > 1)
     why = "--prefill-ranks does not combine with --dp yet";
   else if (!a.draft_model.empty() || a.spec.ngram > 0)
     why = "speculative decoding does not run with prefill/decode disaggregation yet";
-  else if (a.decode_ranks != 1)
-    why = "--decode-ranks " + std::to_string(a.decode_ranks) + ": one decode rank (rank 0) for now";
+  else if (decode != tp)
+    why = "--decode-ranks " + std::to_string(decode) + ": one decode group for now, rank 0 and the ranks of its --tp " +
+          std::to_string(tp) + " group: --decode-ranks " + std::to_string(tp);
+  else if (a.prefill_ranks % tp != 0)
+    why = "--prefill-ranks " + std::to_string(a.prefill_ranks) + " is not a multiple of --tp " + std::to_string(tp) +
+          " (each prefill group splits the model over --tp ranks)";
   else if (size != want)
-    why = "--prefill-ranks " + std::to_string(a.prefill_ranks) + " + --decode-ranks " + std::to_string(a.decode_ranks) +
+    why = "--prefill-ranks " + std::to_string(a.prefill_ranks) + " + --decode-ranks " + std::to_string(decode) +
           " needs " + std::to_string(want) + " processes" +
           (size == 1 ? ": run under mpirun -np " + std::to_string(want) : ", but it was launched as " + std::to_string(size));
-  if (why.empty()) return std::move(world).value();
-  if (size > 1) (*world)->abort("error: " + why, 1);
-  std::fprintf(stderr, "error: %s\n", why.c_str());
-  return nullptr;
+  else if (tp > 1 && !(*world)->threads_at_once())
+    why = "--prefill-ranks with --tp needs an MPI library with MPI_THREAD_MULTIPLE";
+  if (!why.empty()) {
+    if (size > 1) (*world)->abort("error: " + why, 1);
+    std::fprintf(stderr, "error: %s\n", why.c_str());
+    return nullptr;
+  }
+  auto ranks = make_data_parallel_ranks(std::move(world).value(), size / tp, tp, 1, 1, 1, /*link_leaders=*/false);
+  if (!ranks.ok()) {  // not reached: the layout was checked
+    std::fprintf(stderr, "error: %s\n", ranks.error().c_str());
+    return nullptr;
+  }
+  return std::make_unique<DataParallelRanks>(std::move(ranks).value());
 }
 
 // Split over processes: rank 0 tells the other ranks how many KV pages to make once it is ready to serve, or 0
@@ -121,30 +136,34 @@ class FollowerStart {
 
 // A rank other than 0: no HTTP, tokenizer or scheduler. Split model: it runs its replica's step plans on its
 // shard (a replica's leader takes them from rank 0 over its link and returns the logits, the other ranks
-// from their replica's first rank); disaggregated (ranks null): it prefills the prompts rank 0 sends and
-// sends back their KV pages. Either until rank 0 stops. Signals are rank 0's to handle (it drains, then
-// stops the others).
-int follow_rank_zero(const ServeArgs& a, const Model& model, Communicator& job, const DataParallelRanks* ranks) {
+// from their replica's first rank). Disaggregated: the decode group's other ranks follow rank 0's plans; a
+// prefill group's leader prefills the prompts rank 0 sends, relaying its plans to the rest of its group,
+// and every rank of the group sends rank 0 its share of the KV pages. Either until rank 0 stops. Signals
+// are rank 0's to handle (it drains, then stops the others).
+int follow_rank_zero(const ServeArgs& a, const Model& model, Communicator& job, const DataParallelRanks& ranks,
+                     bool disaggregated) {
   std::signal(SIGINT, SIG_IGN);
   std::signal(SIGTERM, SIG_IGN);
   int32_t n_blocks = 0;
   job.broadcast_patiently(&n_blocks, sizeof n_blocks, 0);
   if (n_blocks <= 0) return 1;
   ThreadPool pool(a.threads);
-  if (!ranks) {
-    serve_prefills(job, model, pool, engine_config(a, n_blocks));
+  Communicator& replica = *ranks.groups->world;
+  if (disaggregated && ranks.replica > 0) {  // a prefill group
+    const EngineConfig config = engine_config(a, n_blocks);
+    if (replica.rank() == 0) serve_prefills(job, replica, model, pool, config);
+    else follow_prefills(job, replica, model, pool, config);
     return 0;
   }
   KvStorage kv(model.kv_spec(n_blocks, a.block_size, a.kv_types));  // this rank's KV heads, rank 0's page ids
   center_keys(kv, model, pool);  // as the Engine does on rank 0 (a collective forward for quantized K)
   ModelRunner runner(model, pool, kv);
-  Communicator& replica = *ranks->groups->world;
-  if (!ranks->leader()) {
+  if (!ranks.leader()) {
     follow_step_plans(replica, runner);
     return 0;
   }
   std::unique_ptr<StepPlanRelay> relay = replica.size() > 1 ? std::make_unique<StepPlanRelay>(replica) : nullptr;
-  lead_replica(*ranks->links.at(0), runner, relay.get(), model.hparams().n_vocab);
+  lead_replica(*ranks.links.at(0), runner, relay.get(), model.hparams().n_vocab);
   return 0;
 }
 
@@ -152,16 +171,12 @@ int run_serve(ServeArgs& a) {
   // Split over processes: the model (--tp, --pp, --ep, --cp), or its work by role (--prefill-ranks).
   // Data parallel over ranks too (--dp under mpirun): replicas of the split model on their own ranks.
   const bool disaggregated = a.prefill_ranks > 0;
-  std::unique_ptr<DataParallelRanks> ranks;
-  std::unique_ptr<Communicator> roles;
-  if (disaggregated) {
-    if (!(roles = launch_disaggregated(a))) return 1;
-  } else if (!(ranks = launch_replicas(a.split, !a.draft_model.empty() || a.spec.ngram > 0, a.dp))) {
-    return 1;
-  }
-  Communicator& world = disaggregated ? *roles : *ranks->job;  // every rank of the job
-  const ProcessGroups* groups = ranks ? ranks->groups.get() : nullptr;
-  const bool replicas_over_ranks = ranks && ranks->replicas > 1;
+  std::unique_ptr<DataParallelRanks> ranks =
+      disaggregated ? launch_disaggregated(a) : launch_replicas(a.split, !a.draft_model.empty() || a.spec.ngram > 0, a.dp);
+  if (!ranks) return 1;
+  Communicator& world = *ranks->job;  // every rank of the job
+  const ProcessGroups* groups = ranks->groups.get();  // this rank's replica or role group
+  const bool replicas_over_ranks = !disaggregated && ranks->replicas > 1;
   auto model = load_model(a.model, world.rank() != 0, groups);
   if (!model && world.size() > 1) world.abort("error: the model did not load on rank " + std::to_string(world.rank()), 1);
   if (!model || !kv_types_fit(*model, a.kv_types)) return 1;
@@ -170,7 +185,7 @@ int run_serve(ServeArgs& a) {
   const float own_bytes_per_token = static_cast<float>(model->kv_spec(1, a.block_size, a.kv_types).bytes_per_token());
   std::vector<float> bytes_per_token(static_cast<size_t>(world.size()));  // [ranks]
   world.all_gather(&own_bytes_per_token, 1, bytes_per_token.data());
-  if (world.rank() != 0) return follow_rank_zero(a, *model, world, ranks.get());
+  if (world.rank() != 0) return follow_rank_zero(a, *model, world, *ranks, disaggregated);
   FollowerStart followers(world);
   auto tokenizer = Tokenizer::from_gguf(model->file());
   if (!tokenizer.ok() || !tokenizer->has_vocab()) {
@@ -279,8 +294,11 @@ int run_serve(ServeArgs& a) {
                a.threads, config.n_blocks, a.block_size,
                static_cast<double>(kv_bytes_per_token) * config.n_blocks * a.block_size / 1048576.0, kv_bytes_per_token,
                a.kv_types.name().c_str(), draft ? ", target and draft" : "",
-               disaggregated ? (", decode rank 0 of " + std::to_string(world.size()) + ", prompts prefilled by ranks 1-" +
-                                std::to_string(world.size() - 1)).c_str()
+               disaggregated ? (", decode rank" + (groups->split() ? "s 0-" + std::to_string(groups->tp() - 1) + " (tp " +
+                                                                  std::to_string(groups->tp()) + ")" : std::string(" 0")) +
+                                " of " + std::to_string(world.size()) + ", prompts prefilled by ranks " +
+                                std::to_string(groups->world->size()) + "-" + std::to_string(world.size() - 1) +
+                                (groups->split() ? " in groups of " + std::to_string(groups->tp()) : std::string())).c_str()
                : world.size() > 1 ? (", rank 0 of " + std::to_string(world.size()) +
                                      (groups->split() ? ": " + groups->describe() + (replicas_over_ranks ? " each" : "") : "")).c_str()
                : "",
@@ -373,11 +391,14 @@ void add_serve(CLI::App& app, Action& run) {
                                     "ranks (-np = dp x tp x ep x pp x cp)")
       ->check(CLI::Range(1, 64))->capture_default_str();
   cmd->add_option("--prefill-ranks", args->prefill_ranks,
-                  "Prefill/decode disaggregation: ranks 1..N of mpirun compute prompts (and hold the prefix cache) and "
-                  "send their KV pages to rank 0, which decodes; run under mpirun -np N + --decode-ranks")
+                  "Prefill/decode disaggregation: N ranks of mpirun, after the decode ranks, compute prompts (and hold "
+                  "the prefix cache) and send their KV pages to the decode ranks; with --tp T, in groups of T ranks "
+                  "each splitting the model; run under mpirun -np N + --decode-ranks")
       ->check(CLI::Range(0, 4096))->capture_default_str();
-  cmd->add_option("--decode-ranks", args->decode_ranks, "Ranks that decode (with --prefill-ranks; 1 for now: rank 0)")
-      ->check(CLI::Range(1, 4096))->capture_default_str();
+  cmd->add_option("--decode-ranks", args->decode_ranks,
+                  "Ranks that decode, from rank 0 (with --prefill-ranks; one decode group for now: --tp's ranks, the "
+                  "default)")
+      ->check(CLI::Range(1, 4096));
   cmd->add_option("--pooling", args->pooling,
                   "How /v1/embeddings pools the tokens' hidden states: mean, cls or last (default: the model's "
                   "pooling_type, else last)")

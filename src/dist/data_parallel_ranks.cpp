@@ -21,7 +21,7 @@ Status check_data_parallel_grid(int size, int dp, int tp, int pp, int ep, int cp
 }
 
 Result<DataParallelRanks> make_data_parallel_ranks(std::unique_ptr<Communicator> job, int dp, int tp, int pp, int ep,
-                                                   int cp) {
+                                                   int cp, bool link_leaders) {
   if (Status s = check_data_parallel_grid(job->size(), dp, tp, pp, ep, cp); !s.ok()) return Error{s.error()};
   DataParallelRanks r;
   const int rank = job->rank(), per_replica = job->size() / dp;
@@ -31,7 +31,7 @@ Result<DataParallelRanks> make_data_parallel_ranks(std::unique_ptr<Communicator>
   if (!groups.ok()) return Error{groups.error()};  // not reached: the grid was checked
   r.groups = std::make_unique<ProcessGroups>(std::move(groups).value());
   // Link k joins the front end (rank 0) and replica k's leader; every rank takes part in every split.
-  for (int k = 1; k < dp; ++k) {
+  for (int k = 1; link_leaders && k < dp; ++k) {
     const int leader = k * per_replica;
     const bool member = rank == 0 || rank == leader;
     std::unique_ptr<Communicator> link = job->split(member ? 0 : 1, rank);

@@ -39,7 +39,9 @@ struct DataParallelRanks {
 Status check_data_parallel_grid(int size, int dp, int tp, int pp, int ep, int cp);
 // Splits the job into replicas and each replica into its grid (check_data_parallel_grid first). dp 1: the
 // job's communicator is split once into the replica's world (the same ranks), so the layout is one shape.
+// link_leaders false: no links (prefill/decode disaggregation lays its roles out as such groups of ranks,
+// the decode group first, and its messages go over the job's communicator).
 Result<DataParallelRanks> make_data_parallel_ranks(std::unique_ptr<Communicator> job, int dp, int tp, int pp, int ep,
-                                                   int cp);
+                                                   int cp, bool link_leaders = true);
 
 }  // namespace kestrel

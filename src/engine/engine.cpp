@@ -49,14 +49,19 @@ std::unique_ptr<ReplicaLink> remote_for(const EngineConfig& config, int32_t n_vo
   return std::make_unique<ReplicaLink>(*link, n_vocab);
 }
 
-// Disaggregated: the client of the prefill ranks.
-std::unique_ptr<PrefillClient> prefill_client_for(const EngineConfig& config, const KvStorage& kv, int32_t n_vocab,
+// Disaggregated: the client of the prefill ranks (in groups the size of this engine's).
+std::unique_ptr<PrefillClient> prefill_client_for(const EngineConfig& config, const Model& model, const KvStorage& kv,
                                                   bool speculative) {
   Communicator* world = config.prefill_world;
   if (!world) return nullptr;
   if (world->rank() != 0) world->abort("the engine runs on rank 0; prefill ranks run serve_prefills", 1);
   if (speculative) world->abort("speculative decoding does not run with prefill/decode disaggregation yet", 1);
-  return std::make_unique<PrefillClient>(*world, kv.page_bytes(), config.scheduler.block_size, n_vocab);
+  const ProcessGroups* groups = model.process_groups();
+  const int32_t group_size = groups ? groups->world->size() : 1;
+  if (world->size() <= group_size || world->size() % group_size != 0)
+    world->abort("the prefill ranks do not make groups the size of the decode group", 1);
+  return std::make_unique<PrefillClient>(*world, group_size, kv.page_bytes(), config.scheduler.block_size,
+                                         model.hparams().n_vocab);
 }
 }  // namespace
 
@@ -71,7 +76,7 @@ Engine::Engine(const Model& model, ThreadPool& pool, const EngineConfig& config,
       runner_(model, pool, kv_),
       relay_(config.replica_link ? nullptr : relay_for(model, draft != nullptr || config.spec.ngram > 0)),
       remote_(remote_for(config, model.hparams().n_vocab, draft != nullptr || config.spec.ngram > 0)),
-      prefill_(prefill_client_for(config, kv_, model.hparams().n_vocab, draft != nullptr || config.spec.ngram > 0)),
+      prefill_(prefill_client_for(config, model, kv_, draft != nullptr || config.spec.ngram > 0)),
       drafter_(draft ? std::make_unique<ModelDrafter>(*draft, pool, config.n_blocks, config.scheduler.block_size,
                                                       config.kv_types, config.scheduler.max_batch_tokens)
                      : nullptr),
@@ -314,7 +319,13 @@ void Engine::admit_prefilled(std::vector<StepOutput>& outputs) {
     prefilling_.erase(it);
     const std::vector<int32_t>& table = pages_.pages(p.seq_id);
     const size_t page_bytes = kv_.page_bytes();
-    for (size_t i = 0; i < table.size(); ++i) kv_.import_page(table[i], p.pages.data() + i * page_bytes);
+    for (size_t i = 0; i < table.size(); ++i) kv_.import_page(table[i], p.pages[0].data() + i * page_bytes);
+    if (p.pages.size() > 1) {  // the decode group's other ranks import theirs with the next plan
+      imported_pages_.insert(imported_pages_.end(), table.begin(), table.end());
+      imported_shares_.resize(p.pages.size());
+      for (size_t r = 1; r < p.pages.size(); ++r)
+        imported_shares_[r].insert(imported_shares_[r].end(), p.pages[r].begin(), p.pages[r].end());
+    }
     const Sequence& seq = *scheduler_.find(p.seq_id);
     ScheduledChunk c;  // as if its prompt's last token had run here
     c.seq_id = p.seq_id;
@@ -334,10 +345,13 @@ std::vector<StepOutput> Engine::step() {
   if (prefill_) admit_prefilled(outputs);
   bool prompt_catch_up = false;
   const int32_t n_decoding = propose_drafts(prompt_catch_up);
-  const StepPlan plan = scheduler_.schedule(clock_.elapsed_s() * 1e3);
+  StepPlan plan = scheduler_.schedule(clock_.elapsed_s() * 1e3);
+  plan.imported_pages.swap(imported_pages_);  // the prompts admitted above: filled first on the other ranks
+  if (plan.empty() && plan.imported_pages.empty()) return outputs;
+  if (relay_) relay_->send(plan, &imported_shares_);  // a plan that only imports, when nothing runs
+  imported_shares_.clear();
   if (plan.empty()) return outputs;
   ++steps_;
-  if (relay_) relay_->send(plan);
   const double forward_start_s = clock_.elapsed_s(), waited_before_s = pipeline_wait_s();
   std::vector<float> logits = remote_ ? remote_->run(plan) : runner_.run(plan);  // [plan.n_logits(), n_vocab]
   forward_s_ += clock_.elapsed_s() - forward_start_s;

@@ -20,7 +20,9 @@
 // Prefill/decode disaggregation (config.prefill_world): the engine runs on rank 0 and decodes; each new
 // prompt goes to a prefill rank (engine/prefill_client.h), and once its KV pages and logits are back the
 // sequence joins the running set with pages of its own (Scheduler::add_prefilled) and samples its first
-// token. A sequence preempted later is recomputed here. The prefix cache lives on the prefill ranks.
+// token. A sequence preempted later is recomputed here. The prefix cache lives on the prefill ranks. With
+// the model split by --tp in each role, the decode group's other ranks get their shares of a prompt's pages
+// with the next step plan (StepPlan::imported_pages).
 //
 // Contract: not thread-safe. One thread (the server's engine thread) makes every call.
 #pragma once
@@ -55,8 +57,9 @@ struct EngineConfig {
   int32_t max_seq_len = 0;      // most tokens per sequence (0: the model's training context), capped by the pool
   SchedulerConfig scheduler;    // its block_size is the page size
   SpeculativeConfig spec;       // used with a draft model, or when spec.ngram > 0
-  // Prefill/decode disaggregation: ranks 1.. of this world prefill every prompt, this engine (rank 0)
-  // decodes. Null: prompts are computed here.
+  // Prefill/decode disaggregation: the ranks of this world after this engine's (rank 0 and, with a model
+  // split over processes, its group's) prefill every prompt in groups of that size; this engine decodes.
+  // Null: prompts are computed here.
   Communicator* prefill_world = nullptr;
   // Data-parallel replicas over ranks (dist/data_parallel_ranks.h): this engine's replica runs on other
   // ranks, linked to this process (rank 0) by this communicator (its leader rank 1). The engine schedules
@@ -189,6 +192,10 @@ class Engine {
   std::unique_ptr<PrefillClient> prefill_;        // disaggregated: the prefill ranks
   std::map<int64_t, Sequence> prefilling_;        // disaggregated: sequences whose prompt is on a prefill rank
   std::deque<PrefilledPrompt> prefilled_;         // arrived, waiting for pages here (in arrival order)
+  // Disaggregated with a split model: pages imported here whose shares go to the other ranks with the next
+  // plan. imported_shares_: [group size][imported_pages_.size() * page_bytes] (entry 0 unused).
+  std::vector<int32_t> imported_pages_;
+  std::vector<std::vector<uint8_t>> imported_shares_;
   std::unique_ptr<class ModelDrafter> drafter_;  // the draft model's side, when speculating with one
   bool speculative_;
   SpecStats spec_stats_;

@@ -20,6 +20,7 @@ class ModelRunner {
   std::vector<float> run(const StepPlan& plan);
   // The same into logits [plan.n_logits(), n_vocab].
   void run(const StepPlan& plan, float* logits);
+  KvStorage& kv() const { return kv_; }
   // [n_expert] (token, expert) pairs routed so far (mixtures of experts; empty otherwise).
   const std::vector<int64_t>& expert_tokens() const { return workspace_.expert_tokens; }
 

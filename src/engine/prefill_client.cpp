@@ -20,21 +20,25 @@ uint64_t beginning_hash(std::span<const int32_t> prompt, const std::string& salt
 }
 }  // namespace
 
-PrefillClient::PrefillClient(Communicator& world, size_t page_bytes, int32_t block_size, int32_t n_vocab)
+PrefillClient::PrefillClient(Communicator& world, int32_t group_size, size_t page_bytes, int32_t block_size,
+                             int32_t n_vocab)
     : world_(world),
       channel_(world),
+      group_size_(group_size),
       page_bytes_(page_bytes),
       block_size_(block_size),
       n_vocab_(n_vocab),
       queued_tokens_(static_cast<size_t>(world.size()), 0) {
-  stats_.prefill_ranks = world.size() - 1;
-  stats_.workers.resize(static_cast<size_t>(stats_.prefill_ranks));
+  stats_.prefill_ranks = world.size() - group_size;
+  stats_.group_size = group_size;
+  stats_.workers.resize(static_cast<size_t>(stats_.prefill_ranks / group_size));
 }
 
 PrefillClient::~PrefillClient() {
-  for (int r = 1; r < world_.size(); ++r) send(prefill_message(PrefillMessageKind::Stop), r);
-  // Every prefill rank answers Stopped after everything else it sent: take (and drop) messages until then.
-  for (int n_stopped = 0; n_stopped < world_.size() - 1;) {
+  for (int r = group_size_; r < world_.size(); r += group_size_) send(prefill_message(PrefillMessageKind::Stop), r);
+  // Every prefill rank answers Stopped (a leader once told, the others once their leader stopped relaying)
+  // after everything else it sent: take (and drop) messages until then.
+  for (int n_stopped = 0; n_stopped < world_.size() - group_size_;) {
     const auto incoming = channel_.take(std::chrono::milliseconds(100));
     if (!incoming) continue;
     auto m = decode_prefill_message(incoming->bytes);
@@ -43,8 +47,8 @@ PrefillClient::~PrefillClient() {
 }
 
 int PrefillClient::pick_rank(std::span<const int32_t> prompt, const std::string& cache_salt) {
-  int least = 1;
-  for (int r = 2; r < world_.size(); ++r)
+  int least = group_size_;
+  for (int r = 2 * group_size_; r < world_.size(); r += group_size_)
     if (queued_tokens_[static_cast<size_t>(r)] < queued_tokens_[static_cast<size_t>(least)]) least = r;
   const uint64_t key = beginning_hash(prompt, cache_salt);
   int rank = least;
@@ -67,6 +71,7 @@ void PrefillClient::submit(int64_t seq_id, std::span<const int32_t> prompt, cons
   o.n_tokens = static_cast<int32_t>(prompt.size());
   o.sent_s = clock_.elapsed_s();
   o.result.seq_id = seq_id;
+  o.result.pages.resize(static_cast<size_t>(group_size_));
   queued_tokens_[static_cast<size_t>(rank)] += o.n_tokens;
 }
 
@@ -90,34 +95,42 @@ std::vector<PrefilledPrompt> PrefillClient::poll() {
 
 void PrefillClient::handle(int source, PrefillMessage m, std::vector<PrefilledPrompt>& done) {
   const std::string from = "rank 0: prefill rank " + std::to_string(source) + " ";
-  if (m.kind == PrefillMessageKind::Stats) {
-    stats_.workers[static_cast<size_t>(source - 1)] = m.stats;
+  const int leader = leader_of(source);
+  if (source < group_size_) world_.abort("rank 0: a prefill message from decode rank " + std::to_string(source), 1);
+  if (m.kind == PrefillMessageKind::Stats && source == leader) {
+    stats_.workers[static_cast<size_t>((leader - group_size_) / group_size_)] = m.stats;
     return;
   }
-  if (m.kind != PrefillMessageKind::Pages && m.kind != PrefillMessageKind::Done)
+  if (m.kind != PrefillMessageKind::Pages && !(m.kind == PrefillMessageKind::Done && source == leader))
     world_.abort(from + "sent an unexpected message kind " + std::to_string(static_cast<int>(m.kind)), 1);
   const auto it = outstanding_.find(m.seq_id);
   if (it == outstanding_.end()) return;  // cancelled: what was on its way is dropped
   Outstanding& o = it->second;
-  if (o.rank != source) world_.abort(from + "sent sequence " + std::to_string(m.seq_id) + " of another rank", 1);
+  if (o.rank != leader) world_.abort(from + "sent sequence " + std::to_string(m.seq_id) + " of another group", 1);
   PrefilledPrompt& r = o.result;
+  const size_t prompt_bytes = static_cast<size_t>((o.n_tokens + block_size_ - 1) / block_size_) * page_bytes_;
   if (m.kind == PrefillMessageKind::Pages) {
-    if (m.pages.size() % page_bytes_ != 0 || static_cast<size_t>(m.first_page) * page_bytes_ != r.pages.size())
+    std::vector<uint8_t>& share = r.pages[static_cast<size_t>(source - leader)];
+    if (m.pages.size() % page_bytes_ != 0 || static_cast<size_t>(m.first_page) * page_bytes_ != share.size() ||
+        share.size() + m.pages.size() > prompt_bytes)
       world_.abort(from + "sent KV pages out of order or of the wrong size", 1);
-    r.pages.insert(r.pages.end(), m.pages.begin(), m.pages.end());
+    share.insert(share.end(), m.pages.begin(), m.pages.end());
     stats_.kv_pages += static_cast<int64_t>(m.pages.size() / page_bytes_);
     stats_.kv_bytes += static_cast<int64_t>(m.pages.size());
-    return;
+  } else {
+    if (r.pages[0].size() != prompt_bytes || m.logits.size() != static_cast<size_t>(n_vocab_) || m.n_cached > o.n_tokens)
+      world_.abort(from + "finished sequence " + std::to_string(m.seq_id) + " without all of its pages or logits", 1);
+    r.logits = std::move(m.logits);
+    r.n_cached = m.n_cached;
+    o.logits_here = true;
+    stats_.prefill_queue_seconds += m.queue_ms / 1e3;
+    stats_.prefill_compute_seconds += m.compute_ms / 1e3;
   }
-  const size_t n_pages = static_cast<size_t>((o.n_tokens + block_size_ - 1) / block_size_);
-  if (r.pages.size() != n_pages * page_bytes_ || m.logits.size() != static_cast<size_t>(n_vocab_) || m.n_cached > o.n_tokens)
-    world_.abort(from + "finished sequence " + std::to_string(m.seq_id) + " without all of its pages or logits", 1);
-  r.logits = std::move(m.logits);
-  r.n_cached = m.n_cached;
+  if (!o.logits_here) return;
+  for (const std::vector<uint8_t>& share : r.pages)
+    if (share.size() != prompt_bytes) return;  // the other ranks' shares are still on their way
   ++stats_.prompts;
   stats_.prefill_ttft_seconds += clock_.elapsed_s() - o.sent_s;
-  stats_.prefill_queue_seconds += m.queue_ms / 1e3;
-  stats_.prefill_compute_seconds += m.compute_ms / 1e3;
   queued_tokens_[static_cast<size_t>(o.rank)] -= o.n_tokens;
   done.push_back(std::move(r));
   outstanding_.erase(it);

@@ -5,6 +5,11 @@
 // A prompt goes to the prefill rank that last took a prompt with the same beginning (its prefix cache has
 // it) unless that rank has much more queued than the least loaded one, which gets it otherwise.
 //
+// Roles may split their model by --tp (engine/prefill_worker.h): the decode group is ranks [0, G), the
+// prefill groups ranks [G, 2G), [2G, 3G), ..., each led by its first rank, which takes the prompts. Every rank
+// of a prefill group sends its share of each page (the KV heads of its tensor rank); a prompt is complete
+// once its last logits and every share of its pages are here.
+//
 // Contract: one thread at a time makes the calls (the prefill ranks run serve_prefills with the same page
 // size and KV types); while the client lives, its message channel makes every call on the world
 // (dist/message_channel.h). Destroying the client stops the prefill ranks. A malformed or unexpected message from a
@@ -25,7 +30,8 @@ namespace kestrel {
 
 struct PrefilledPrompt {
   int64_t seq_id = 0;
-  std::vector<uint8_t> pages;  // [ceil(n_prompt / block_size)][page_bytes] its KV pages, in page-table order
+  // [G][ceil(n_prompt / block_size)][page_bytes] each tensor rank's share of its KV pages, in page-table order
+  std::vector<std::vector<uint8_t>> pages;
   std::vector<float> logits;   // [n_vocab] the last prompt token's
   int32_t n_cached = 0;        // prompt tokens the prefill rank's prefix cache supplied
 };
@@ -35,7 +41,8 @@ struct PrefilledPrompt {
 // token is a decode step's wall time on rank 0 (Engine).
 struct DisaggregationStats {
   int32_t prefill_ranks = 0;                // 0: not disaggregated
-  std::vector<PrefillWorkerStats> workers;  // [prefill_ranks] each one's latest
+  int32_t group_size = 1;                   // G: ranks per role group (--tp)
+  std::vector<PrefillWorkerStats> workers;  // [prefill_ranks / G] each prefill group's latest (its leader's)
   int64_t prompts = 0;                      // prefilled and received
   int64_t kv_pages = 0, kv_bytes = 0;       // KV received
   double prefill_ttft_seconds = 0;          // summed over prompts
@@ -44,8 +51,9 @@ struct DisaggregationStats {
 
 class PrefillClient {
  public:
-  // world: rank 0 (this one) decodes, ranks 1..size-1 prefill. page_bytes: KvStorage::page_bytes().
-  PrefillClient(Communicator& world, size_t page_bytes, int32_t block_size, int32_t n_vocab);
+  // world: ranks [0, group_size) decode (rank 0, this one, leads them), the others prefill in groups of
+  // group_size. page_bytes: KvStorage::page_bytes() (of each rank's share).
+  PrefillClient(Communicator& world, int32_t group_size, size_t page_bytes, int32_t block_size, int32_t n_vocab);
   ~PrefillClient();  // stops the prefill ranks, taking what they still send
   PrefillClient(const PrefillClient&) = delete;
   PrefillClient& operator=(const PrefillClient&) = delete;
@@ -60,11 +68,14 @@ class PrefillClient {
 
  private:
   struct Outstanding {
-    int rank = 0;
+    int rank = 0;  // its prefill group's leader
     int32_t n_tokens = 0;
     double sent_s = 0;
+    bool logits_here = false;  // Done came; shares of its pages may still be on their way
     PrefilledPrompt result;
   };
+  // Its prefill group's leader (world rank) and the sender's tensor rank in it.
+  int leader_of(int rank) const { return group_size_ + (rank - group_size_) / group_size_ * group_size_; }
   int pick_rank(std::span<const int32_t> prompt, const std::string& cache_salt);
   // Handles one message from a prefill rank; completed prompts go to done.
   void handle(int source, PrefillMessage m, std::vector<PrefilledPrompt>& done);
@@ -72,11 +83,12 @@ class PrefillClient {
 
   Communicator& world_;
   MessageChannel channel_;  // makes every call on world_ while the client lives
+  int32_t group_size_;
   size_t page_bytes_;
   int32_t block_size_, n_vocab_;
   Timer clock_;
   std::map<int64_t, Outstanding> outstanding_;  // by sequence id
-  std::vector<int64_t> queued_tokens_;          // [world size] prompt tokens outstanding per prefill rank
+  std::vector<int64_t> queued_tokens_;          // [world size] prompt tokens outstanding per prefill leader
   std::map<uint64_t, int> affinity_;            // hash of a prompt's beginning -> the rank that last took it
   DisaggregationStats stats_;
 };

@@ -2,12 +2,14 @@
 
 #include <chrono>
 #include <map>
+#include <memory>
 
 #include "core/timer.h"
 #include "dist/message_channel.h"
 #include "engine/model_runner.h"
 #include "engine/prefill_messages.h"
 #include "engine/scheduler.h"
+#include "engine/step_plan_relay.h"
 #include "kv/kv_manager.h"
 #include "kv/kv_storage.h"
 #include "model/key_centers.h"
@@ -15,9 +17,21 @@
 namespace kestrel {
 namespace {
 
+// After a plan's forward pass: this rank's share of the pages the plan exports, to rank 0.
+void send_exported_pages(MessageChannel& channel, KvStorage& kv, const StepPlan& plan) {
+  const size_t page_bytes = kv.page_bytes();
+  for (const PageExport& e : plan.exports) {
+    PrefillMessage m = prefill_message(PrefillMessageKind::Pages, e.seq_id);
+    m.first_page = e.first_page;
+    m.pages.resize(e.pages.size() * page_bytes);  // [pages][page_bytes]
+    for (size_t i = 0; i < e.pages.size(); ++i) kv.export_page(e.pages[i], m.pages.data() + i * page_bytes);
+    channel.post(encode_prefill_message(m), 0);
+  }
+}
+
 class PrefillWorker {
  public:
-  PrefillWorker(Communicator& world, const Model& model, ThreadPool& pool, const EngineConfig& config)
+  PrefillWorker(Communicator& world, Communicator& group, const Model& model, ThreadPool& pool, const EngineConfig& config)
       : world_(world),
         channel_(world),
         n_vocab_(model.hparams().n_vocab),
@@ -25,7 +39,8 @@ class PrefillWorker {
         pages_(config.n_blocks, config.scheduler.block_size, config.prefix_caching),
         kv_(model.kv_spec(config.n_blocks, config.scheduler.block_size, config.kv_types)),
         scheduler_(pages_, config.scheduler),
-        runner_(model, pool, kv_) {
+        runner_(model, pool, kv_),
+        relay_(group.size() > 1 ? std::make_unique<StepPlanRelay>(group) : nullptr) {
     center_keys(kv_, model, pool);  // as rank 0's engine does: the pages' bytes mean the same on both sides
   }
 
@@ -83,26 +98,34 @@ class PrefillWorker {
   }
 
   void step() {
-    const StepPlan plan = scheduler_.schedule(clock_.elapsed_s() * 1e3);
+    StepPlan plan = scheduler_.schedule(clock_.elapsed_s() * 1e3);
     if (plan.empty()) return;
     changed_ = true;
     const double now_ms = clock_.elapsed_s() * 1e3;
-    for (const ScheduledChunk& c : plan.chunks)
-      if (Job& job = jobs_.at(c.seq_id); job.admitted_ms < 0) job.admitted_ms = now_ms;
+    for (const ScheduledChunk& c : plan.chunks) {
+      Job& job = jobs_.at(c.seq_id);
+      if (job.admitted_ms < 0) job.admitted_ms = now_ms;
+      // The pages the chunk completes leave once it ran (part-way through a prompt while its next chunk
+      // computes); the prompt's last chunk sends the last, part-filled page too.
+      const int32_t end = c.start + c.n_tokens();
+      const int32_t n_pages = c.samples() ? (end + block_size_ - 1) / block_size_ : end / block_size_;
+      if (n_pages <= job.pages_sent) continue;
+      plan.exports.push_back({c.seq_id, job.pages_sent, std::vector<int32_t>(c.pages.begin() + job.pages_sent,
+                                                                             c.pages.begin() + n_pages)});
+      job.pages_sent = n_pages;
+    }
+    if (relay_) relay_->send(plan);
     const double start_s = clock_.elapsed_s();
     const std::vector<float> logits = runner_.run(plan);  // [plan.n_logits(), n_vocab]
     forward_s_ += clock_.elapsed_s() - start_s;
     ++steps_;
+    send_exported_pages(channel_, kv_, plan);
     scheduler_.commit(plan);
     size_t row = 0;
     for (const ScheduledChunk& c : plan.chunks) {
+      if (!c.samples()) continue;
       const Sequence& seq = *scheduler_.find(c.seq_id);
       Job& job = jobs_.at(c.seq_id);
-      if (!c.samples()) {  // part-way: the pages it completed leave now, while the next chunk computes
-        send_pages(seq, job, seq.n_computed / block_size_);
-        continue;
-      }
-      send_pages(seq, job, (seq.n_computed + block_size_ - 1) / block_size_);  // the last, part-filled one too
       PrefillMessage done = prefill_message(PrefillMessageKind::Done, c.seq_id);
       done.logits.assign(logits.begin() + static_cast<std::ptrdiff_t>(row * n_vocab_),
                          logits.begin() + static_cast<std::ptrdiff_t>((row + 1) * n_vocab_));
@@ -117,20 +140,6 @@ class PrefillWorker {
       jobs_.erase(c.seq_id);
       scheduler_.finish(c.seq_id);  // its pages stay in the prefix cache
     }
-  }
-
-  // Sends the sequence's pages [job.pages_sent, n_pages) of its page table.
-  void send_pages(const Sequence& seq, Job& job, int32_t n_pages) {
-    if (n_pages <= job.pages_sent) return;
-    const std::vector<int32_t>& table = pages_.pages(seq.id);
-    const size_t page_bytes = kv_.page_bytes();
-    PrefillMessage m = prefill_message(PrefillMessageKind::Pages, seq.id);
-    m.first_page = job.pages_sent;
-    m.pages.resize(static_cast<size_t>(n_pages - job.pages_sent) * page_bytes);  // [pages][page_bytes]
-    for (int32_t i = job.pages_sent; i < n_pages; ++i)
-      kv_.export_page(table[static_cast<size_t>(i)], m.pages.data() + static_cast<size_t>(i - job.pages_sent) * page_bytes);
-    send(m);
-    job.pages_sent = n_pages;
   }
 
   void send_stats() {
@@ -150,6 +159,7 @@ class PrefillWorker {
   KvStorage kv_;
   Scheduler scheduler_;
   ModelRunner runner_;
+  std::unique_ptr<StepPlanRelay> relay_;  // a group of several ranks: the plans go to the others first
   Timer clock_;
   std::map<int64_t, Job> jobs_;  // by rank 0's sequence id
   bool changed_ = true;          // state changed since the last Stats message
@@ -159,8 +169,19 @@ class PrefillWorker {
 
 }  // namespace
 
-int64_t serve_prefills(Communicator& world, const Model& model, ThreadPool& pool, const EngineConfig& config) {
-  return PrefillWorker(world, model, pool, config).run();
+int64_t serve_prefills(Communicator& job, Communicator& group, const Model& model, ThreadPool& pool,
+                       const EngineConfig& config) {
+  return PrefillWorker(job, group, model, pool, config).run();
+}
+
+void follow_prefills(Communicator& job, Communicator& group, const Model& model, ThreadPool& pool,
+                     const EngineConfig& config) {
+  MessageChannel channel(job);  // makes every call on job while this rank follows
+  KvStorage kv(model.kv_spec(config.n_blocks, config.scheduler.block_size, config.kv_types));  // the leader's page ids
+  center_keys(kv, model, pool);  // with the leader (a collective forward for quantized K)
+  ModelRunner runner(model, pool, kv);
+  follow_step_plans(group, runner, [&](const StepPlan& plan) { send_exported_pages(channel, kv, plan); });
+  channel.post(encode_prefill_message(prefill_message(PrefillMessageKind::Stopped)), 0);
 }
 
 }  // namespace kestrel

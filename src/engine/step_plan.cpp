@@ -19,12 +19,13 @@ int32_t StepPlan::n_logits() const {
 }
 
 namespace {
-constexpr uint32_t kPlanMagic = 0x3150534B;  // "KSP1"
+constexpr uint32_t kPlanMagic = 0x3250534B;  // "KSP2"
 }  // namespace
 
 std::vector<uint8_t> encode_step_plan(const StepPlan& plan) {
   ByteWriter w;
   w.put(kPlanMagic);
+  w.put_array(plan.imported_pages);
   w.put(static_cast<int32_t>(plan.copies.size()));
   for (const BlockCopy& c : plan.copies) {
     w.put(c.src);
@@ -40,6 +41,12 @@ std::vector<uint8_t> encode_step_plan(const StepPlan& plan) {
   }
   w.put(static_cast<int32_t>(plan.preempted.size()));
   for (int64_t id : plan.preempted) w.put(id);
+  w.put(static_cast<int32_t>(plan.exports.size()));
+  for (const PageExport& e : plan.exports) {
+    w.put(e.seq_id);
+    w.put(e.first_page);
+    w.put_array(e.pages);
+  }
   return std::move(w.out);
 }
 
@@ -48,6 +55,9 @@ Result<StepPlan> decode_step_plan(std::span<const uint8_t> bytes) {
   if (r.get<uint32_t>("magic") != kPlanMagic && r.error.empty()) r.fail("bad magic");
   if (!r.error.empty()) return Error{"malformed step plan: " + r.error};
   StepPlan plan;
+  r.get_array(plan.imported_pages, "imported pages");
+  for (int32_t p : plan.imported_pages)
+    if (p < 0) r.fail("negative imported page id");
   plan.copies.resize(static_cast<size_t>(r.count("page copies", 2 * sizeof(int32_t))));
   for (BlockCopy& c : plan.copies) {
     c.src = r.get<int32_t>("page copy");
@@ -68,6 +78,16 @@ Result<StepPlan> decode_step_plan(std::span<const uint8_t> bytes) {
   }
   plan.preempted.resize(static_cast<size_t>(r.count("preempted", sizeof(int64_t))));
   for (int64_t& id : plan.preempted) id = r.get<int64_t>("preempted");
+  plan.exports.resize(static_cast<size_t>(r.count("page exports", sizeof(int64_t) + 2 * sizeof(int32_t))));
+  for (PageExport& e : plan.exports) {
+    e.seq_id = r.get<int64_t>("page export");
+    e.first_page = r.get<int32_t>("page export");
+    r.get_array(e.pages, "exported pages");
+    if (!r.error.empty()) break;
+    if (e.seq_id < 0 || e.first_page < 0) r.fail("page export with a negative id or index");
+    for (int32_t p : e.pages)
+      if (p < 0) r.fail("negative exported page id");
+  }
   r.expect_end("plan");
   if (!r.error.empty()) return Error{"malformed step plan: " + r.error};
   return plan;

@@ -23,10 +23,23 @@ struct ScheduledChunk {
   bool operator==(const ScheduledChunk&) const = default;
 };
 
+// Prefill/decode disaggregation: pages of a sequence a prefill rank sends to the decode side once the step's
+// forward pass computed them.
+struct PageExport {
+  int64_t seq_id = 0;
+  int32_t first_page = 0;      // index in the sequence's page table of pages[0]
+  std::vector<int32_t> pages;  // [n] page ids, in page-table order
+  bool operator==(const PageExport&) const = default;
+};
+
 struct StepPlan {
-  std::vector<BlockCopy> copies;  // run before the forward, in order
+  // Prefill/decode disaggregation over split roles: pages whose bytes come with the plan, filled before
+  // anything else (a decode rank's share of prompts a prefill group computed; StepPlanRelay sends them).
+  std::vector<int32_t> imported_pages;
+  std::vector<BlockCopy> copies;  // run before the forward, in order (after the imports)
   std::vector<ScheduledChunk> chunks;
   std::vector<int64_t> preempted;  // sequences sent back to the queue this step
+  std::vector<PageExport> exports;  // a prefill group's plan: pages each rank sends to the decode side after the forward
   int32_t n_tokens() const;
   int32_t n_logits() const;  // rows of logits the forward returns, chunk by chunk
   bool empty() const { return chunks.empty(); }

@@ -28,11 +28,18 @@ StepPlanRelay::~StepPlanRelay() {
   world_.broadcast_patiently(&header, sizeof header, 0);
 }
 
-void StepPlanRelay::send(const StepPlan& plan) {
+void StepPlanRelay::send(const StepPlan& plan, const std::vector<std::vector<uint8_t>>* imported) {
   std::vector<uint8_t> bytes = encode_step_plan(plan);
   int64_t header = static_cast<int64_t>(bytes.size());
   world_.broadcast_patiently(&header, sizeof header, 0);
   world_.broadcast(bytes.data(), bytes.size(), 0);
+  if (plan.imported_pages.empty()) return;
+  if (!imported || imported->size() != static_cast<size_t>(world_.size()))
+    world_.abort("a step plan imports pages but their bytes are missing", 1);
+  for (int r = 1; r < world_.size(); ++r) {
+    const std::vector<uint8_t>& share = (*imported)[static_cast<size_t>(r)];
+    world_.send(share.data(), share.size(), r);
+  }
 }
 
 std::optional<StepPlan> receive_step_plan(Communicator& world) {
@@ -47,10 +54,25 @@ std::optional<StepPlan> receive_step_plan(Communicator& world) {
   return std::move(plan).value();
 }
 
-int64_t follow_step_plans(Communicator& world, ModelRunner& runner) {
+int64_t follow_step_plans(Communicator& world, ModelRunner& runner, const std::function<void(const StepPlan&)>& after_run) {
   int64_t n_plans = 0;
+  std::vector<uint8_t> imported;  // [plan.imported_pages.size()][page_bytes] this rank's share
   while (auto plan = receive_step_plan(world)) {
+    if (!plan->imported_pages.empty()) {
+      KvStorage& kv = runner.kv();
+      const size_t page_bytes = kv.page_bytes();
+      imported.resize(plan->imported_pages.size() * page_bytes);
+      world.recv(imported.data(), imported.size(), 0);
+      for (size_t i = 0; i < plan->imported_pages.size(); ++i) {
+        const int32_t page = plan->imported_pages[i];
+        if (page >= kv.spec().n_blocks) world.abort("a step plan imports page " + std::to_string(page) + " of " +
+                                                    std::to_string(kv.spec().n_blocks), 1);
+        kv.import_page(page, imported.data() + i * page_bytes);
+      }
+    }
+    if (plan->empty()) continue;  // it only imported pages
     runner.run(*plan);
+    if (after_run) after_run(*plan);
     ++n_plans;
   }
   return n_plans;

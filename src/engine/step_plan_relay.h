@@ -8,8 +8,11 @@
 // Contract: rank 0 makes a StepPlanRelay (through the Engine, when its model is split over more than one
 // process) and each other rank calls follow_step_plans with a ModelRunner over the same number of pages. Every
 // plan rank 0 runs goes through send() first. Destroying the relay tells the followers to stop.
+// A plan's imported pages (prefill/decode disaggregation: each rank's share of prompts computed elsewhere)
+// travel with it: send() takes every rank's bytes and sends each follower its own after the plan.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -26,15 +29,19 @@ class StepPlanRelay {
   StepPlanRelay(const StepPlanRelay&) = delete;
   StepPlanRelay& operator=(const StepPlanRelay&) = delete;
 
-  void send(const StepPlan& plan);
+  // imported: [world size][plan.imported_pages.size() * page_bytes] each rank's bytes of the plan's imported
+  // pages (entry 0, this rank's, unused: rank 0 fills its own); null when the plan imports none.
+  void send(const StepPlan& plan, const std::vector<std::vector<uint8_t>>* imported = nullptr);
 
  private:
   Communicator& world_;
 };
 
-// A follower: runs every plan rank 0 sends until it sends stop. Returns the plans run. A plan that does not
-// decode ends every rank (Communicator::abort).
-int64_t follow_step_plans(Communicator& world, ModelRunner& runner);
+// A follower: runs every plan rank 0 sends until it sends stop (its imported pages first, into
+// runner.kv()), calling after_run (if set) after each. Returns the plans run. A plan that does not decode
+// ends every rank (Communicator::abort).
+int64_t follow_step_plans(Communicator& world, ModelRunner& runner,
+                          const std::function<void(const StepPlan&)>& after_run = {});
 
 // Data-parallel replicas over ranks (dist/data_parallel_ranks.h): the front end's side of a replica whose
 // ranks are elsewhere. run() sends the plan over link (this process rank 0, the replica's leader rank 1) and

@@ -168,6 +168,8 @@ std::string Metrics::render() const {
   if (const DisaggregationStats& pd = engine.disaggregation; pd.prefill_ranks > 0) {
     // Prefill/decode disaggregation: each role's time, the KV moved between them, each prefill rank's state.
     gauge("kestrel_pd_prefill_ranks", "Ranks that prefill prompts (--prefill-ranks); rank 0 decodes.", pd.prefill_ranks);
+    gauge("kestrel_pd_group_ranks", "Ranks per role group (--tp): each prefill group and the decode group split the model "
+          "over this many; per-group series are labelled with the group's first rank.", pd.group_size);
     out += "# HELP kestrel_pd_prefill_time_to_first_token_seconds Prefill role: from rank 0 sending a prompt to its "
            "logits and KV pages being on rank 0.\n# TYPE kestrel_pd_prefill_time_to_first_token_seconds summary\n"
            "kestrel_pd_prefill_time_to_first_token_seconds_sum " + number(pd.prefill_ttft_seconds) +
@@ -185,12 +187,13 @@ std::string Metrics::render() const {
     auto per_rank = [&](const std::string& name, const std::string& help, const char* type, auto value) {
       out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
       for (size_t r = 0; r < pd.workers.size(); ++r)
-        out += name + "{rank=\"" + std::to_string(r + 1) + "\"} " + number(static_cast<double>(value(pd.workers[r]))) + "\n";
+        out += name + "{rank=\"" + std::to_string((r + 1) * static_cast<size_t>(pd.group_size)) + "\"} " +
+               number(static_cast<double>(value(pd.workers[r]))) + "\n";
     };
     out += "# HELP kestrel_pd_prefill_kv_blocks A prefill rank's KV blocks by state.\n# TYPE kestrel_pd_prefill_kv_blocks gauge\n";
     for (size_t r = 0; r < pd.workers.size(); ++r) {
       const PrefillWorkerStats& w = pd.workers[r];
-      const std::string rank = "rank=\"" + std::to_string(r + 1) + "\"";
+      const std::string rank = "rank=\"" + std::to_string((r + 1) * static_cast<size_t>(pd.group_size)) + "\"";
       out += "kestrel_pd_prefill_kv_blocks{" + rank + ",state=\"used\"} " + std::to_string(w.kv_blocks_used) + "\n";
       out += "kestrel_pd_prefill_kv_blocks{" + rank + ",state=\"cached\"} " + std::to_string(w.kv_blocks_cached) + "\n";
       out += "kestrel_pd_prefill_kv_blocks{" + rank + ",state=\"free\"} " +
