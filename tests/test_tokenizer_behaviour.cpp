@@ -7,7 +7,7 @@
 #include "test_support.h"
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
-#include "tokenizer/utf8.h"
+#include "core/utf8.h"
 
 namespace kestrel {
 namespace {
@@ -100,6 +100,27 @@ TEST(Utf8, SplitsDoNotChangeTheText) {
     const auto j = nlohmann::json(streamed).dump();  // well-formed: serialises without an error handler
     EXPECT_FALSE(j.empty());
   }
+}
+
+TEST(Utf8, WellFormedIsWhatPassesUnchanged) {
+  EXPECT_TRUE(utf8::well_formed(""));
+  EXPECT_TRUE(utf8::well_formed("a\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80\xF4\x8F\xBF\xBF"));
+  for (const char* bad : {"\x80", "\xC0\xAF", "\xC3", "\xE2\x82", "\xED\xA0\x80", "\xF4\x90\x80\x80", "\xF5\x80\x80\x80", "\xFF"})
+    EXPECT_FALSE(utf8::well_formed(bad)) << ::testing::PrintToString(std::string(bad));
+  // Random bytes: well-formed exactly when the decoder takes them as they are.
+  std::mt19937 rng(11);
+  const unsigned char alphabet[] = {'a', 0x80, 0x8F, 0x90, 0x9F, 0xA0, 0xBF, 0xC2, 0xC3, 0xE0, 0xE2, 0xED, 0xF0, 0xF4, 0xF5};
+  int well_formed = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    std::string bytes;
+    const int n = static_cast<int>(rng() % 8);
+    for (int i = 0; i < n; ++i) bytes += static_cast<char>(alphabet[rng() % sizeof alphabet]);
+    std::string taken = bytes;
+    const bool unchanged = utf8::take_well_formed(taken, true) == bytes;
+    ASSERT_EQ(utf8::well_formed(bytes), unchanged) << trial;
+    well_formed += unchanged;
+  }
+  EXPECT_GT(well_formed, 1000);  // both outcomes exercised
 }
 
 TEST(Tokenizer, UnknownModelTypeIsAnError) {

@@ -77,13 +77,10 @@ EngineConfig engine_config(const ServeArgs& a, int32_t n_blocks) {
 // split over each by tensor parallelism): group 0, ranks [0, D = T), decodes, the others prefill. Null after
 // printing why not (ending every rank alike when launched by mpirun).
 std::unique_ptr<DataParallelRanks> launch_disaggregated(const ServeArgs& a) {
-  auto world = launch_communicator();
-  if (!world.ok()) {
-    std::fprintf(stderr, "error: %s\n", world.error().c_str());
-    return nullptr;
-  }
+  auto world = open_world();
+  if (!world) return nullptr;
   const int tp = a.split.tp, decode = a.decode_ranks > 0 ? a.decode_ranks : tp;
-  const int want = a.prefill_ranks + decode, size = (*world)->size();
+  const int want = a.prefill_ranks + decode, size = world->size();
   std::string why;
   if (a.split.pp * a.split.ep * a.split.cp > 1)
     why = "--prefill-ranks does not combine with --pp, --ep or --cp yet (each role runs whole models, or splits them by --tp)";
@@ -101,19 +98,13 @@ std::unique_ptr<DataParallelRanks> launch_disaggregated(const ServeArgs& a) {
     why = "--prefill-ranks " + std::to_string(a.prefill_ranks) + " + --decode-ranks " + std::to_string(decode) +
           " needs " + std::to_string(want) + " processes" +
           (size == 1 ? ": run under mpirun -np " + std::to_string(want) : ", but it was launched as " + std::to_string(size));
-  else if (tp > 1 && !(*world)->threads_at_once())
+  else if (tp > 1 && !world->threads_at_once())
     why = "--prefill-ranks with --tp needs an MPI library with MPI_THREAD_MULTIPLE";
   if (!why.empty()) {
-    if (size > 1) (*world)->abort("error: " + why, 1);
-    std::fprintf(stderr, "error: %s\n", why.c_str());
+    refuse_launch(*world, why);
     return nullptr;
   }
-  auto ranks = make_data_parallel_ranks(std::move(world).value(), size / tp, tp, 1, 1, 1, /*link_leaders=*/false);
-  if (!ranks.ok()) {  // not reached: the layout was checked
-    std::fprintf(stderr, "error: %s\n", ranks.error().c_str());
-    return nullptr;
-  }
-  return std::make_unique<DataParallelRanks>(std::move(ranks).value());
+  return checked_layout(make_data_parallel_ranks(std::move(world), size / tp, tp, 1, 1, 1, /*link_leaders=*/false));
 }
 
 // Split over processes: rank 0 tells the other ranks how many KV pages to make once it is ready to serve, or 0

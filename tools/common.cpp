@@ -164,57 +164,50 @@ void add_parallel_options(CLI::App* cmd, ParallelArgs& p) {
       ->check(CLI::Range(1, 4096));
 }
 
-namespace {
-// MPI's world (or this process alone) once it holds `replicas` x the grid the flags ask for; null after the
-// message otherwise (ending every rank alike when launched by mpirun).
-std::unique_ptr<Communicator> launch_world(const ParallelArgs& p, int replicas) {
+std::unique_ptr<Communicator> open_world() {
   auto world = launch_communicator();
-  if (!world.ok()) {
-    std::fprintf(stderr, "error: %s\n", world.error().c_str());
-    return nullptr;
-  }
-  const int size = (*world)->size(), want = p.tp * p.ep * p.pp * p.cp;
+  if (world.ok()) return std::move(world).value();
+  std::fprintf(stderr, "error: %s\n", world.error().c_str());
+  return nullptr;
+}
+
+void refuse_launch(Communicator& world, const std::string& why) {
+  if (world.size() > 1) world.abort("error: " + why, 1);  // every rank alike
+  std::fprintf(stderr, "error: %s\n", why.c_str());
+}
+
+namespace {
+// MPI's world (or this process alone) once it holds `replicas` x the grid the flags ask for and can run what
+// was asked; null after the refusal otherwise.
+std::unique_ptr<Communicator> launch_world(const ParallelArgs& p, int replicas, bool speculative) {
+  auto world = open_world();
+  if (!world) return nullptr;
+  const int size = world->size(), want = p.tp * p.ep * p.pp * p.cp;
   const std::string flags = "--tp " + std::to_string(p.tp) + " x --ep " + std::to_string(p.ep) + " x --pp " +
                             std::to_string(p.pp) + " x --cp " + std::to_string(p.cp);
-  if (size == 1 && want > 1) {
-    std::fprintf(stderr, "error: %s needs %d processes: run under mpirun -np %d\n", flags.c_str(), want, want);
-    return nullptr;
-  }
   const int over_ranks = size > 1 ? replicas : 1;  // one process: its replicas run in it
-  Status s = check_data_parallel_grid(size, over_ranks, p.tp, p.pp, p.ep, p.cp);
-  if (s.ok() && over_ranks > 1 && !(*world)->threads_at_once())
+  Status s = size == 1 && want > 1 ? Error{flags + " needs " + std::to_string(want) + " processes: run under mpirun -np " + std::to_string(want)}
+                                   : check_data_parallel_grid(size, over_ranks, p.tp, p.pp, p.ep, p.cp);
+  if (s.ok() && over_ranks > 1 && !world->threads_at_once())
     s = Error{"--dp over ranks needs an MPI library with MPI_THREAD_MULTIPLE"};
-  if (s.ok()) return std::move(world).value();
-  if (size > 1) (*world)->abort("error: " + s.error(), 1);  // every rank alike
-  std::fprintf(stderr, "error: %s\n", s.error().c_str());
+  if (s.ok() && size > 1 && speculative) s = Error{"speculative decoding does not run split over processes yet"};
+  if (s.ok()) return world;
+  refuse_launch(*world, s.error());
   return nullptr;
 }
 }  // namespace
 
 std::unique_ptr<ProcessGroups> launch_processes(const ParallelArgs& p, bool speculative) {
-  auto world = launch_world(p, 1);
+  auto world = launch_world(p, 1, speculative);
   if (!world) return nullptr;
-  const int size = world->size();
-  auto groups = make_process_groups(std::move(world), p.tp, p.pp, p.ep, p.cp);
-  if (!groups.ok()) {  // not reached: the grid was checked
-    std::fprintf(stderr, "error: %s\n", groups.error().c_str());
-    return nullptr;
-  }
-  if (size > 1 && speculative) groups->world->abort("error: speculative decoding does not run split over processes yet", 1);
-  return std::make_unique<ProcessGroups>(std::move(groups).value());
+  return checked_layout(make_process_groups(std::move(world), p.tp, p.pp, p.ep, p.cp));
 }
 
 std::unique_ptr<DataParallelRanks> launch_replicas(const ParallelArgs& p, bool speculative, int dp) {
-  auto world = launch_world(p, dp);
+  auto world = launch_world(p, dp, speculative);
   if (!world) return nullptr;
   const int size = world->size();
-  auto ranks = make_data_parallel_ranks(std::move(world), size > 1 ? dp : 1, p.tp, p.pp, p.ep, p.cp);
-  if (!ranks.ok()) {  // not reached: the grid was checked
-    std::fprintf(stderr, "error: %s\n", ranks.error().c_str());
-    return nullptr;
-  }
-  if (size > 1 && speculative) ranks->job->abort("error: speculative decoding does not run split over processes yet", 1);
-  return std::make_unique<DataParallelRanks>(std::move(ranks).value());
+  return checked_layout(make_data_parallel_ranks(std::move(world), size > 1 ? dp : 1, p.tp, p.pp, p.ep, p.cp));
 }
 
 bool read_text_file(const std::string& path, std::string& out) {

@@ -1,6 +1,7 @@
 // Pieces the `kestrel` subcommands share: model loading with a progress bar, thread defaults, file reads.
 #pragma once
 #include <CLI/CLI.hpp>
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -64,6 +65,19 @@ std::unique_ptr<ProcessGroups> launch_processes(const ParallelArgs& p, bool spec
 // serve: the same with --dp replicas. Under mpirun with dp > 1 the job holds dp replicas of tp x ep x pp x cp
 // ranks each (dist/data_parallel_ranks.h); otherwise one replica (the dp replicas, if any, in this process).
 std::unique_ptr<DataParallelRanks> launch_replicas(const ParallelArgs& p, bool speculative, int dp);
+// The pieces of the two above, for launchers of other layouts (serve's prefill/decode roles): MPI's world or
+// this process alone (null after printing why not); a refusal that prints "error: why" and, under mpirun,
+// ends every rank alike; the value of a layout the checks before it made certain (null after its error).
+std::unique_ptr<Communicator> open_world();
+void refuse_launch(Communicator& world, const std::string& why);
+template <typename T>
+std::unique_ptr<T> checked_layout(Result<T> layout) {
+  if (!layout.ok()) {
+    std::fprintf(stderr, "error: %s\n", layout.error().c_str());
+    return nullptr;
+  }
+  return std::make_unique<T>(std::move(layout).value());
+}
 // A progress callback that draws "label [#####     ] 42%" on a terminal, and nothing otherwise.
 std::function<void(double)> progress_bar(const std::string& label);
 // A byte count such as 536870912, 512M, 512MiB, 1.5G or 2GB (K, M, G, T: powers of 1024); error otherwise.

@@ -5,28 +5,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/utf8.h"
+
 namespace kestrel {
 namespace {
-
-// Whether s is well-formed UTF-8 (no stray continuation bytes, truncated or over-long sequences,
-// surrogates, or code points past U+10FFFF).
-bool valid_utf8(std::string_view s) {
-  for (size_t i = 0; i < s.size();) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-    if (n == 0 || i + n > s.size()) return false;
-    uint32_t cp = n == 1 ? c : c & (0x7F >> n);
-    for (size_t k = 1; k < n; ++k) {
-      const unsigned char d = static_cast<unsigned char>(s[i + k]);
-      if ((d & 0xC0) != 0x80) return false;
-      cp = cp << 6 | (d & 0x3F);
-    }
-    static constexpr uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < kMin[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    i += n;
-  }
-  return true;
-}
 
 // Characters a JSON string must escape: never written by the grammar.
 constexpr const char* kUnsafe = "\"\\\\\\x00-\\x1F";
@@ -47,7 +29,7 @@ class RegexParser {
   explicit RegexParser(std::string_view p) : p_(p) {}
 
   Result<std::string> parse() {
-    if (!valid_utf8(p_)) return Error{"pattern: not valid UTF-8"};
+    if (!utf8::well_formed(p_)) return Error{"pattern: not valid UTF-8"};
     bool anchored_start = false, anchored_end = false;
     std::string_view body = p_;
     if (!body.empty() && body.front() == '^') {
@@ -123,25 +105,41 @@ class RegexParser {
       nullable_ = false;
       std::string atom_text = atom();
       const bool atom_nullable = nullable_;
-      std::string q = quantifier();
+      Repeat r = quantifier();
       // A repeated item that can match nothing would make a left-recursive rule: at most 8 repetitions
       // (a subset of what the pattern matches).
-      if (atom_nullable && (q == "*" || q == "+")) q = "{0,8}";
-      if (atom_nullable && q.size() > 1 && q.back() == '}' && q[q.size() - 2] == ',') q = "{0,8}";
-      nullable = nullable && (atom_nullable || q == "?" || q == "*" || q.rfind("{0", 0) == 0);
-      atom_text += q;
+      if (atom_nullable && r.max < 0) r = {0, 8};
+      nullable = nullable && (atom_nullable || r.min == 0);
+      atom_text += r.gbnf();
       out += (out.empty() ? "" : " ") + atom_text;
     }
     nullable_ = nullable;
     return out;
   }
 
-  std::string quantifier() {
-    if (!more()) return "";
-    std::string q;
+  // How often an atom repeats: min..max times, max < 0 for no bound.
+  struct Repeat {
+    int min = 1, max = 1;
+    // GBNF's spelling of it ("" for exactly once).
+    std::string gbnf() const {
+      if (min == 1 && max == 1) return "";
+      if (min == 0 && max == 1) return "?";
+      if (max < 0 && min <= 1) return min == 0 ? "*" : "+";
+      std::string q = "{";
+      q += std::to_string(min);
+      if (max != min) q += ",";
+      if (max > min) q += std::to_string(max);
+      q += "}";
+      return q;
+    }
+  };
+
+  Repeat quantifier() {
+    if (!more()) return {};
+    Repeat r;
     const char c = p_[pos_];
     if (c == '?' || c == '*' || c == '+') {
-      q = std::string(1, c);
+      r = c == '?' ? Repeat{0, 1} : c == '*' ? Repeat{0, -1} : Repeat{1, -1};
       ++pos_;
     } else if (c == '{') {
       // {m}, {m,} or {m,n} with m <= n <= 4096 (the grammar's bound).
@@ -157,16 +155,16 @@ class RegexParser {
       const int lo = count(m), hi = n.empty() ? lo : count(n);
       if (close == std::string_view::npos || lo < 0 || hi < 0 || hi < lo) {
         fail("'{' is not a quantifier {m}, {m,} or {m,n} with m <= n <= 4096 (escape a literal '{' as \\{)");
-        return "";
+        return {};
       }
-      q = "{" + body + "}";
+      r = {lo, n.empty() ? -1 : hi};
       pos_ = close + 1;
     } else {
-      return "";
+      return {};
     }
     if (more() && p_[pos_] == '?') ++pos_;  // lazy: the same strings
     if (more() && (p_[pos_] == '*' || p_[pos_] == '+' || p_[pos_] == '?' || p_[pos_] == '{')) fail("a quantifier after a quantifier");
-    return q;
+    return r;
   }
 
   std::string atom() {

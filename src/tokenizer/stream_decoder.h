@@ -5,7 +5,7 @@
 #include <string>
 
 #include "tokenizer/tokenizer.h"
-#include "tokenizer/utf8.h"
+#include "core/utf8.h"
 
 namespace kestrel {
 

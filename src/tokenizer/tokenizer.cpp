@@ -8,7 +8,7 @@
 #include <optional>
 #include <queue>
 
-#include "tokenizer/utf8.h"
+#include "core/utf8.h"
 
 namespace kestrel {
 namespace {

@@ -1,4 +1,4 @@
-// Small UTF-8 helpers shared by the tokenizers and the streaming decoder.
+// Small UTF-8 helpers shared by the tokenizers, the streaming decoder and the grammar compilers.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -51,6 +51,47 @@ inline uint32_t decode(std::string_view s, size_t& pos) {
   return cp;
 }
 
+// The sequence starting at s[i] under Unicode's well-formedness rules (Table 3-7: no over-long forms,
+// surrogates or code points past U+10FFFF): `length` the bytes its lead byte announces (0 for a byte that
+// cannot start one), `valid` how many of them, from the lead byte on, are in range before the first that
+// is not (or the end of s). Well-formed exactly when length > 0 and valid == length.
+struct SequenceScan {
+  size_t length = 0, valid = 0;
+  bool well_formed() const { return length > 0 && valid == length; }
+};
+inline SequenceScan scan_sequence(std::string_view s, size_t i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  if (c < 0x80) return {1, 1};
+  // The sequence's length and the range its second byte must be in.
+  size_t len = 0;
+  unsigned lo = 0x80, hi = 0xBF;
+  if (c >= 0xC2 && c <= 0xDF) len = 2;
+  else if (c == 0xE0) len = 3, lo = 0xA0;
+  else if (c == 0xED) len = 3, hi = 0x9F;
+  else if (c >= 0xE1 && c <= 0xEF) len = 3;
+  else if (c == 0xF0) len = 4, lo = 0x90;
+  else if (c == 0xF4) len = 4, hi = 0x8F;
+  else if (c >= 0xF1 && c <= 0xF3) len = 4;
+  if (len == 0) return {};
+  size_t k = 1;
+  while (k < len && i + k < s.size()) {
+    const auto b = static_cast<unsigned char>(s[i + k]);
+    if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) break;
+    ++k;
+  }
+  return {len, k};
+}
+
+// Whether all of s is well-formed UTF-8.
+inline bool well_formed(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const SequenceScan seq = scan_sequence(s, i);
+    if (!seq.well_formed()) return false;
+    i += seq.length;
+  }
+  return true;
+}
+
 // Takes the decidable front of `pending` as well-formed UTF-8: well-formed sequences pass unchanged, each
 // maximal ill-formed subpart becomes one U+FFFD (Unicode's "substitution of maximal subparts"), and a
 // trailing sequence that may still complete stays in pending, unless `final`. The result does not depend on
@@ -61,36 +102,15 @@ inline std::string take_well_formed(std::string& pending, bool final) {
   const size_t n = pending.size();
   size_t i = 0;
   while (i < n) {
-    const auto c = static_cast<unsigned char>(pending[i]);
-    if (c < 0x80) {
-      out += static_cast<char>(c);
-      ++i;
-      continue;
-    }
-    // The sequence's length and the range its second byte must be in (Unicode Table 3-7).
-    size_t len = 0;
-    unsigned lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) len = 2;
-    else if (c == 0xE0) len = 3, lo = 0xA0;
-    else if (c == 0xED) len = 3, hi = 0x9F;
-    else if (c >= 0xE1 && c <= 0xEF) len = 3;
-    else if (c == 0xF0) len = 4, lo = 0x90;
-    else if (c == 0xF4) len = 4, hi = 0x8F;
-    else if (c >= 0xF1 && c <= 0xF3) len = 4;
-    size_t k = 1;
-    while (len > 0 && k < len && i + k < n) {
-      const auto b = static_cast<unsigned char>(pending[i + k]);
-      if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) break;
-      ++k;
-    }
-    if (len > 0 && k == len) {
-      out.append(pending, i, len);
-    } else if (len > 0 && i + k == n && !final) {
+    const SequenceScan seq = scan_sequence(pending, i);
+    if (seq.well_formed()) {
+      out.append(pending, i, seq.length);
+    } else if (seq.length > 0 && i + seq.valid == n && !final) {
       break;  // may still complete
     } else {
       out += kReplacement;
     }
-    i += len > 0 ? k : 1;
+    i += seq.length > 0 ? seq.valid : 1;
   }
   pending.erase(0, i);
   return out;
