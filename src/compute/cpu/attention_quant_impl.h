@@ -232,7 +232,7 @@ void attend_quant_chunk(const AttendArgs& a, int g0) {
       }
       const bool first_tile = start == 0;
       AheadPrefetch ahead(a, k_page, v_page, first_tile ? B : start + kQuantPrefetchTiles * B,
-                          first_tile ? kQuantPrefetchTiles * B : B, kAttendTile, Q == KvType::Q8_0 ? NV * d / 4 : d);
+                          first_tile ? kQuantPrefetchTiles * B : B, kAttendTile, Q == KvType::Q8_0 ? d / 4 : d);
       if constexpr (Q == KvType::Q8_0) {
         const uint8_t* codes[NV];
         const uint16_t* scales[NV];
