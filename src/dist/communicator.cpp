@@ -5,7 +5,15 @@
 #include <cstring>
 #include <string>
 
+#include "dist/backoff.h"
+
 namespace kestrel {
+
+void Communicator::recv_patiently(void* data, size_t bytes, int source) {
+  Backoff backoff(std::chrono::microseconds(20), std::chrono::microseconds(250));
+  while (!probe(source)) backoff.nap();
+  recv(data, bytes, source);
+}
 
 #if KESTREL_HAVE_MPI
 // dist/mpi_communicator.cpp

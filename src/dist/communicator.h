@@ -65,6 +65,9 @@ class Communicator {
   };
   static constexpr int kAnySource = -1;
   virtual std::optional<Incoming> probe(int source) = 0;
+  // recv(), waiting for the message in naps (dist/backoff.h) instead of MPI's polling receive, so a rank
+  // with other threads to run leaves them the core while another process computes.
+  void recv_patiently(void* data, size_t bytes, int source);
   // A communicator over the ranks that pass the same color, ranked by key (then by rank here); every rank
   // calls it. The result must be destroyed before this one.
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;

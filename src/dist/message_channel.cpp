@@ -1,6 +1,6 @@
 #include "dist/message_channel.h"
 
-#include <algorithm>
+#include "dist/backoff.h"
 
 namespace kestrel {
 
@@ -31,7 +31,7 @@ std::optional<MessageChannel::Message> MessageChannel::take(std::chrono::millise
 }
 
 void MessageChannel::run() {
-  auto nap = std::chrono::microseconds(10);
+  Backoff backoff(std::chrono::microseconds(10), std::chrono::microseconds(1000));
   for (;;) {
     std::deque<std::pair<std::vector<uint8_t>, int>> outgoing;
     bool stopping = false;
@@ -59,8 +59,8 @@ void MessageChannel::run() {
       continue;
     }
     // While messages are moving, check again soon; idle, back off to a millisecond.
-    nap = busy || sending > 0 ? std::chrono::microseconds(10) : std::min(nap * 2, std::chrono::microseconds(1000));
-    std::this_thread::sleep_for(nap);
+    if (busy || sending > 0) backoff.reset();
+    backoff.nap();
   }
 }
 

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "dist/backoff.h"
 #include "dist/communicator.h"
 
 namespace kestrel {
@@ -61,13 +62,11 @@ class MpiCommunicator final : public Communicator {
     MPI_Request request;
     MPI_Ibcast(data, static_cast<int>(bytes), MPI_BYTE, root, comm_, &request);
     const auto start = std::chrono::steady_clock::now();
-    auto nap = std::chrono::microseconds(20);
+    Backoff backoff(std::chrono::microseconds(20), std::chrono::microseconds(1000));
     for (int done = 0;;) {
       MPI_Test(&request, &done, MPI_STATUS_IGNORE);
       if (done) return;
-      if (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(1)) continue;  // spin at first
-      std::this_thread::sleep_for(nap);
-      nap = std::min(nap * 2, std::chrono::microseconds(1000));
+      if (std::chrono::steady_clock::now() - start >= std::chrono::milliseconds(1)) backoff.nap();  // spin at first
     }
   }
   void all_gather(const float* in, size_t n, float* out) override {

@@ -1,8 +1,5 @@
 #include "engine/step_plan_relay.h"
 
-#include <algorithm>
-#include <chrono>
-#include <thread>
 #include <vector>
 
 namespace kestrel {
@@ -10,17 +7,6 @@ namespace {
 // Each message is a header, broadcast patiently (followers may wait long between steps), then the plan's
 // bytes. A header of kStop ends the followers.
 constexpr int64_t kStop = -1;
-
-// Returns once a point-to-point message from source is there to receive, without holding a core while
-// the replica computes a forward pass (a blocking MPI receive polls, and rank 0 runs other replicas' work
-// meanwhile): naps of 20 microseconds, doubling up to a quarter of a millisecond.
-void await_message(Communicator& comm, int source) {
-  auto nap = std::chrono::microseconds(20);
-  while (!comm.probe(source)) {
-    std::this_thread::sleep_for(nap);
-    nap = std::min(nap * 2, std::chrono::microseconds(250));
-  }
-}
 }  // namespace
 
 StepPlanRelay::~StepPlanRelay() {
@@ -82,8 +68,7 @@ std::vector<float> ReplicaLink::run(const StepPlan& plan) {
   plans_.send(plan);
   std::vector<float> logits(static_cast<size_t>(plan.n_logits()) * static_cast<size_t>(n_vocab_));  // [n_logits, n_vocab]
   if (logits.empty()) return logits;  // a step of prompt chunks that sample nothing: no message comes back
-  await_message(link_, 1);
-  link_.recv(logits.data(), logits.size() * sizeof(float), 1);
+  link_.recv_patiently(logits.data(), logits.size() * sizeof(float), 1);  // rank 0 runs other replicas meanwhile
   return logits;
 }
 
