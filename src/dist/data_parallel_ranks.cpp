@@ -26,13 +26,13 @@ Result<DataParallelRanks> make_data_parallel_ranks(std::unique_ptr<Communicator>
   DataParallelRanks r;
   const int rank = job->rank(), per_replica = job->size() / dp;
   r.replicas = dp;
-  r.replica = rank / per_replica;
+  r.replica = replica_of_rank(rank, per_replica);
   auto groups = make_process_groups(job->split(r.replica, rank), tp, pp, ep, cp);
   if (!groups.ok()) return Error{groups.error()};  // not reached: the grid was checked
   r.groups = std::make_unique<ProcessGroups>(std::move(groups).value());
   // Link k joins the front end (rank 0) and replica k's leader; every rank takes part in every split.
   for (int k = 1; link_leaders && k < dp; ++k) {
-    const int leader = k * per_replica;
+    const int leader = replica_leader(k, per_replica);
     const bool member = rank == 0 || rank == leader;
     std::unique_ptr<Communicator> link = job->split(member ? 0 : 1, rank);
     if (member) r.links.push_back(std::move(link));

@@ -323,8 +323,11 @@ void Engine::admit_prefilled(std::vector<StepOutput>& outputs) {
     if (p.pages.size() > 1) {  // the decode group's other ranks import theirs with the next plan
       imported_pages_.insert(imported_pages_.end(), table.begin(), table.end());
       imported_shares_.resize(p.pages.size());
-      for (size_t r = 1; r < p.pages.size(); ++r)
-        imported_shares_[r].insert(imported_shares_[r].end(), p.pages[r].begin(), p.pages[r].end());
+      for (size_t r = 1; r < p.pages.size(); ++r) {
+        std::vector<uint8_t>& share = imported_shares_[r];  // rank r's bytes of the next plan's imports
+        if (share.empty()) share = std::move(p.pages[r]);  // the step's first prompt: no copy
+        else share.insert(share.end(), p.pages[r].begin(), p.pages[r].end());
+      }
     }
     const Sequence& seq = *scheduler_.find(p.seq_id);
     ScheduledChunk c;  // as if its prompt's last token had run here

@@ -98,7 +98,7 @@ void PrefillClient::handle(int source, PrefillMessage m, std::vector<PrefilledPr
   const int leader = leader_of(source);
   if (source < group_size_) world_.abort("rank 0: a prefill message from decode rank " + std::to_string(source), 1);
   if (m.kind == PrefillMessageKind::Stats && source == leader) {
-    stats_.workers[static_cast<size_t>((leader - group_size_) / group_size_)] = m.stats;
+    stats_.workers[static_cast<size_t>(replica_of_rank(leader, group_size_) - 1)] = m.stats;
     return;
   }
   if (m.kind != PrefillMessageKind::Pages && !(m.kind == PrefillMessageKind::Done && source == leader))

@@ -23,6 +23,7 @@
 
 #include "core/timer.h"
 #include "dist/communicator.h"
+#include "dist/data_parallel_ranks.h"
 #include "dist/message_channel.h"
 #include "engine/prefill_messages.h"
 
@@ -74,8 +75,8 @@ class PrefillClient {
     bool logits_here = false;  // Done came; shares of its pages may still be on their way
     PrefilledPrompt result;
   };
-  // Its prefill group's leader (world rank) and the sender's tensor rank in it.
-  int leader_of(int rank) const { return group_size_ + (rank - group_size_) / group_size_ * group_size_; }
+  // The leader (world rank) of a prefill rank's group (dist/data_parallel_ranks.h's layout, group 0 decoding).
+  int leader_of(int rank) const { return replica_leader(replica_of_rank(rank, group_size_), group_size_); }
   int pick_rank(std::span<const int32_t> prompt, const std::string& cache_salt);
   // Handles one message from a prefill rank; completed prompts go to done.
   void handle(int source, PrefillMessage m, std::vector<PrefilledPrompt>& done);
