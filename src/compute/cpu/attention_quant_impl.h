@@ -138,26 +138,34 @@ void attend_q8_scores(const QuantizedQueries<GC>& qq, const uint8_t* const* code
   }
 }
 
-// q8_0 values: per 32-value group and head, the probabilities times the keys' scales (pv) are rounded to
-// int16 (max / 32767 per chunk, V::store_int16: far below the codes' own error, and a chunk's small probabilities keep
+// q8_0 values: per 32-value group and head, the probabilities times the keys' scales are rounded to int16
+// (max / 32767 per chunk, V::store_int16: far below the codes' own error, and a chunk's small probabilities keep
 // their precision), and each pair of keys' codes (side by side in the page) meets a pair of them in one
-// 16-bit dot product (V::dot2) for W values at once.
+// 16-bit dot product (V::dot2) for W values at once. p: the chunk's probabilities (0 past n); vscales[st]: the
+// V scales of 16-key step st's first key, group 0.
 template <typename V, int GC, int S>
-void attend_q8_values(const float (*pv)[kAttendChunk], const uint8_t* const* vcodes, int n, int group,
-                      float (*acc)[kAttendMaxDim]) {
+void attend_q8_values(const float (*p)[kAttendChunk], const uint16_t* const* vscales, int bs, const uint8_t* const* vcodes,
+                      int n, int group, float (*acc)[kAttendMaxDim]) {
   using vec = typename V::type;
   using ivec = typename V::itype;
-  constexpr int W = V::W, SLICES = kQuantGroup / W;
-  const int padded = (n + kAttendTile - 1) / kAttendTile * kAttendTile;  // pv is 0 past n
+  constexpr int W = V::W, SLICES = kQuantGroup / W, STEP_VECS = kAttendTile / W;
+  const int steps = (n + kAttendTile - 1) / kAttendTile, vecs = steps * STEP_VECS;  // p is 0 past n
   alignas(64) int16_t pq[GC][kAttendChunk];  // [heads][keys] rounded probabilities; a pair is one word
   float pscale[GC];
+  vec sc[kAttendChunk / W];  // the keys' scales of this value group
+  for (int st = 0; st < steps; ++st)
+    for (int w = 0; w < STEP_VECS; ++w) sc[st * STEP_VECS + w] = V::load(vscales[st] + static_cast<size_t>(group) * bs + w * W);
   for (int g = 0; g < GC; ++g) {
+    vec pv[kAttendChunk / W];  // probabilities times the scales
     vec mx = V::zero();
-    for (int j = 0; j < padded; j += W) mx = V::max(mx, V::load(pv[g] + j));
+    for (int j = 0; j < vecs; ++j) {
+      pv[j] = V::mul(V::load(p[g] + j * W), sc[j]);
+      mx = V::max(mx, pv[j]);
+    }
     const float max = V::reduce_max(mx);
     pscale[g] = max / 32767.0f;
     const vec inv = V::set1(max > 0.0f ? 32767.0f / max : 0.0f);
-    for (int j = 0; j < padded; j += W) V::store_int16(pq[g] + j, V::round_to_int(V::mul(V::load(pv[g] + j), inv)));
+    for (int j = 0; j < vecs; ++j) V::store_int16(pq[g] + j * W, V::round_to_int(V::mul(pv[j], inv)));
   }
   for (int s0 = 0; s0 < SLICES; s0 += S) {
     ivec sums[GC][S];
@@ -194,7 +202,7 @@ void attend_quant_chunk(const AttendArgs& a, int g0) {
   alignas(64) float q[GC][kAttendMaxDim];
   alignas(64) float acc[GC][kAttendMaxDim];
   alignas(64) float p[GC][CK];   // scores, then probabilities, of the current chunk
-  alignas(64) float pv[GC][CK];  // probabilities times one value group's scales
+  [[maybe_unused]] alignas(64) float pv[Q == KvType::Q8_0 ? 1 : GC][CK];  // probabilities times one value group's scales
   float m[GC], l[GC];
   for (int g = 0; g < GC; ++g) {
     for (int i = 0; i < d; ++i) q[g][i] = a.q[(g0 + g) * d + i] * a.scale;
@@ -266,20 +274,20 @@ void attend_quant_chunk(const AttendArgs& a, int g0) {
     attend_softmax_update<V, GC>(p, n, tiles * B, m, l, acc, dv);
     const int steps = (n + kAttendTile - 1) / kAttendTile;
     for (int group = 0; group < dv / G32; ++group) {
+      if constexpr (Q == KvType::Q8_0) {
+        attend_q8_values<V, GC, VS>(p, vscales, bs, vcodes, n, group, acc);
+        continue;
+      }
       for (int st = 0; st < steps; ++st)
         for (int w = 0; w < kAttendTile; w += W) {
           const vec sc = V::load(vscales[st] + static_cast<size_t>(group) * bs + w);
           for (int g = 0; g < GC; ++g) V::store(pv[g] + st * kAttendTile + w, V::mul(V::load(p[g] + st * kAttendTile + w), sc));
         }
-      if constexpr (Q == KvType::Q8_0) {
-        attend_q8_values<V, GC, VS>(pv, vcodes, n, group, acc);
-      } else {
-        const size_t group_offset = static_cast<size_t>(group) * kv_code_bytes(Q, G32);
-        for (int s0 = 0; s0 < SLICES; s0 += VS)  // each key's codes decoded once for the GC heads
-          attend_values_with<V, GC, VS>(pv, n, group * G32 + s0 * W, acc, [&](int j, int s) {
-            return attend_decode_values<V, Q>(vcodes[j] + group_offset, s0 + s, lut);
-          });
-      }
+      const size_t group_offset = static_cast<size_t>(group) * kv_code_bytes(Q, G32);
+      for (int s0 = 0; s0 < SLICES; s0 += VS)  // each key's codes decoded once for the GC heads
+        attend_values_with<V, GC, VS>(pv, n, group * G32 + s0 * W, acc, [&](int j, int s) {
+          return attend_decode_values<V, Q>(vcodes[j] + group_offset, s0 + s, lut);
+        });
     }
   }
   for (int g = 0; g < GC; ++g) {
