@@ -35,17 +35,17 @@ struct DataParallelRanks {
   DataParallelRanks& operator=(DataParallelRanks&&) = default;
 };
 
+// The layout: replica k holds the job's ranks [k * per_replica, (k + 1) * per_replica) and its first rank
+// leads it.
+constexpr int replica_of_rank(int rank, int per_replica) { return rank / per_replica; }
+constexpr int replica_leader(int replica, int per_replica) { return replica * per_replica; }
+
 // Whether `size` processes hold dp replicas of a tp x ep x pp x cp grid; the error names the numbers.
 Status check_data_parallel_grid(int size, int dp, int tp, int pp, int ep, int cp);
 // Splits the job into replicas and each replica into its grid (check_data_parallel_grid first). dp 1: the
 // job's communicator is split once into the replica's world (the same ranks), so the layout is one shape.
 // link_leaders false: no links (prefill/decode disaggregation lays its roles out as such groups of ranks,
 // the decode group first, and its messages go over the job's communicator).
-// The layout: replica k holds the job's ranks [k * per_replica, (k + 1) * per_replica) and its first rank
-// leads it.
-constexpr int replica_of_rank(int rank, int per_replica) { return rank / per_replica; }
-constexpr int replica_leader(int replica, int per_replica) { return replica * per_replica; }
-
 Result<DataParallelRanks> make_data_parallel_ranks(std::unique_ptr<Communicator> job, int dp, int tp, int pp, int ep,
                                                    int cp, bool link_leaders = true);
 
