@@ -138,23 +138,59 @@ void attend_q8_scores(const QuantizedQueries<GC>& qq, const uint8_t* const* code
   }
 }
 
-// q8_0 values: per 32-value group and head, the probabilities times the keys' scales are rounded to int16
-// (max / 32767 per chunk, V::store_int16: far below the codes' own error, and a chunk's small probabilities keep
-// their precision), and each pair of keys' codes (side by side in the page) meets a pair of them in one
-// 16-bit dot product (V::dot2) for W values at once. p: the chunk's probabilities (0 past n); vscales[st]: the
-// V scales of 16-key step st's first key, group 0.
+// sc[j]: the scales of value group `group` of the chunk's keys [j * W, j * W + W), for `steps` 16-key steps
+// (vscales[st]: the V scales of step st's first key, group 0). A probability times its key's scale is what
+// meets the key's codes.
+template <typename V>
+void attend_value_scales(const uint16_t* const* vscales, int bs, int steps, int group, typename V::type* sc) {
+  constexpr int STEP_VECS = kAttendTile / V::W;
+  for (int st = 0; st < steps; ++st)
+    for (int w = 0; w < STEP_VECS; ++w) sc[st * STEP_VECS + w] = V::load(vscales[st] + static_cast<size_t>(group) * bs + w * V::W);
+}
+
+// The generic scores of one tile (NV vectors of W keys; kpage[c] + kkey[c]: vector c's page and first key)
+// for GC heads, into p[g][column + c * W]: per dimension the keys' codes are decoded and scaled once and every
+// head's query value meets them.
+template <typename V, KvType Q, int GC, int NV>
+[[gnu::always_inline]] inline void attend_decoded_scores(const float (*q)[kAttendMaxDim], const uint8_t* const* kpage, const int* kkey, size_t k_codes,
+                           int bs, int d, const typename V::lut_type& lut, float (*p)[kAttendChunk], int column,
+                           AheadPrefetch& ahead) {
+  using vec = typename V::type;
+  constexpr int W = V::W;
+  vec s[GC][NV];
+  for (int g = 0; g < GC; ++g)
+    for (int c = 0; c < NV; ++c) s[g][c] = V::zero();
+  for (int group = 0; group < d / kQuantGroup; ++group) {
+    vec kscale[NV];
+    for (int c = 0; c < NV; ++c)
+      kscale[c] = V::load(reinterpret_cast<const uint16_t*>(kpage[c] + k_codes) + static_cast<size_t>(group) * bs + kkey[c]);
+    for (int i = group * kQuantGroup; i < group * kQuantGroup + kQuantGroup; ++i) {
+      ahead.step();
+      vec k[NV];
+      for (int c = 0; c < NV; ++c) k[c] = V::mul(attend_decode_keys<V, Q>(kpage[c] + kkey[c], i, bs, d, lut), kscale[c]);
+      for (int g = 0; g < GC; ++g) {
+        const vec qi = V::set1(q[g][i]);
+        for (int c = 0; c < NV; ++c) s[g][c] = V::fma(qi, k[c], s[g][c]);
+      }
+    }
+  }
+  for (int g = 0; g < GC; ++g)
+    for (int c = 0; c < NV; ++c) V::store(p[g] + column + c * W, s[g][c]);
+}
+
+// q8_0 values: per 32-value group and head, the probabilities times the keys' scales (sc: attend_value_scales;
+// p is 0 past n) are rounded to int16 (max / 32767 per chunk, V::store_int16: far below the codes' own error,
+// and a chunk's small probabilities keep their precision), and each pair of keys' codes (side by side in the
+// page; vpairs[jp]: pair jp's) meets a pair of them in one 16-bit dot product (V::dot2) for W values at once.
 template <typename V, int GC, int S>
-void attend_q8_values(const float (*p)[kAttendChunk], const uint16_t* const* vscales, int bs, const uint8_t* const* vcodes,
-                      int n, int group, float (*acc)[kAttendMaxDim]) {
+void attend_q8_values(const float (*p)[kAttendChunk], const typename V::type* sc, int n, const uint8_t* const* vpairs, int group,
+                      float (*acc)[kAttendMaxDim]) {
   using vec = typename V::type;
   using ivec = typename V::itype;
-  constexpr int W = V::W, SLICES = kQuantGroup / W, STEP_VECS = kAttendTile / W;
-  const int steps = (n + kAttendTile - 1) / kAttendTile, vecs = steps * STEP_VECS;  // p is 0 past n
+  constexpr int W = V::W, SLICES = kQuantGroup / W;
+  const int vecs = (n + kAttendTile - 1) / kAttendTile * (kAttendTile / W);
   alignas(64) int16_t pq[GC][kAttendChunk];  // [heads][keys] rounded probabilities; a pair is one word
   float pscale[GC];
-  vec sc[kAttendChunk / W];  // the keys' scales of this value group
-  for (int st = 0; st < steps; ++st)
-    for (int w = 0; w < STEP_VECS; ++w) sc[st * STEP_VECS + w] = V::load(vscales[st] + static_cast<size_t>(group) * bs + w * W);
   for (int g = 0; g < GC; ++g) {
     vec pv[kAttendChunk / W];  // probabilities times the scales
     vec mx = V::zero();
@@ -174,7 +210,7 @@ void attend_q8_values(const float (*p)[kAttendChunk], const uint16_t* const* vsc
     const size_t column = static_cast<size_t>(group) * kQuantGroup + static_cast<size_t>(s0) * W;
     for (int jp = 0; jp < (n + 1) / 2; ++jp) {
       ivec v2[S];
-      for (int s = 0; s < S; ++s) v2[s] = V::load_i8x2(vcodes[2 * jp] + (column + static_cast<size_t>(s) * W) * 2);
+      for (int s = 0; s < S; ++s) v2[s] = V::load_i8x2(vpairs[jp] + (column + static_cast<size_t>(s) * W) * 2);
       for (int g = 0; g < GC; ++g)
         for (int s = 0; s < S; ++s) sums[g][s] = V::dot2(sums[g][s], v2[s], attend_load_u32(reinterpret_cast<const uint8_t*>(pq[g] + 2 * jp)));
     }
@@ -191,6 +227,8 @@ void attend_quant_chunk(const AttendArgs& a, int g0) {
   constexpr int B = V::kTileKeys, CK = kAttendChunk, W = V::W, NV = B / W, G32 = kQuantGroup;
   constexpr int SLICES = G32 / W;  // vectors per 32-value group
   constexpr int VS = V::kValueSlices < SLICES ? V::kValueSlices : SLICES;
+  constexpr bool kQ8 = Q == KvType::Q8_0;
+  constexpr int kCodeKeys = kQ8 ? 2 : 1;  // keys per V code row: q8_0 pages hold pairs of keys
   static_assert(B % kAttendTile == 0 && CK % B == 0 && SLICES % VS == 0, "tiles fill chunks, slices fill groups");
   using vec = typename V::type;
   const int d = a.d, dv = a.dv, bs = a.block_size;
@@ -202,7 +240,6 @@ void attend_quant_chunk(const AttendArgs& a, int g0) {
   alignas(64) float q[GC][kAttendMaxDim];
   alignas(64) float acc[GC][kAttendMaxDim];
   alignas(64) float p[GC][CK];   // scores, then probabilities, of the current chunk
-  [[maybe_unused]] alignas(64) float pv[Q == KvType::Q8_0 ? 1 : GC][CK];  // probabilities times one value group's scales
   float m[GC], l[GC];
   for (int g = 0; g < GC; ++g) {
     for (int i = 0; i < d; ++i) q[g][i] = a.q[(g0 + g) * d + i] * a.scale;
@@ -210,14 +247,14 @@ void attend_quant_chunk(const AttendArgs& a, int g0) {
     m[g] = -3.0e38f;
     l[g] = 0.0f;
   }
-  [[maybe_unused]] const QuantizedQueries<Q == KvType::Q8_0 ? GC : 1> qq(q, Q == KvType::Q8_0 ? d : 0, V::kDotOffset);
+  [[maybe_unused]] const QuantizedQueries<kQ8 ? GC : 1> qq(q, kQ8 ? d : 0, V::kDotOffset);
   const auto* kbase = static_cast<const uint8_t*>(a.k);
   const auto* vbase = static_cast<const uint8_t*>(a.v);
-  const uint8_t* vcodes[CK];                 // [chunk keys] each key's V codes
+  const uint8_t* vcodes[CK / kCodeKeys];      // [chunk keys / kCodeKeys] each code row's V codes
   const uint16_t* vscales[CK / kAttendTile];  // [16-key steps] scales of the step's first key, group 0
   for (int chunk = 0; chunk < a.n_keys; chunk += CK) {
     const int n = a.n_keys - chunk < CK ? a.n_keys - chunk : CK;
-    const int tiles = (n + B - 1) / B;
+    const int tiles = (n + B - 1) / B, steps = (n + kAttendTile - 1) / kAttendTile;
     for (int t = 0; t < tiles; ++t) {
       const int start = chunk + t * B;
       const uint8_t* kpage[NV];  // each vector's page, offset to its first key
@@ -234,14 +271,13 @@ void attend_quant_chunk(const AttendArgs& a, int g0) {
         const size_t page = static_cast<size_t>(a.kv_head) * a.n_blocks + a.table[pos / bs];
         const uint8_t* v0 = vbase + page * v_page;
         vscales[(t * B + j) / kAttendTile] = reinterpret_cast<const uint16_t*>(v0 + v_codes) + pos % bs;
-        for (int r = 0; r < kAttendTile; ++r)  // q8_0: the key pair's codes ([bs / 2][dv][2])
-          vcodes[t * B + j + r] = v0 + (Q == KvType::Q8_0 ? static_cast<size_t>((pos % bs + r) / 2) * 2 * v_row
-                                                          : static_cast<size_t>(pos % bs + r) * v_row);
+        for (int r = 0; r < kAttendTile; r += kCodeKeys)  // a q8_0 pair starts where its first key's row would
+          vcodes[(t * B + j + r) / kCodeKeys] = v0 + static_cast<size_t>(pos % bs + r) * v_row;
       }
       const bool first_tile = start == 0;
       AheadPrefetch ahead(a, k_page, v_page, first_tile ? B : start + kQuantPrefetchTiles * B,
-                          first_tile ? kQuantPrefetchTiles * B : B, kAttendTile, Q == KvType::Q8_0 ? d / 4 : d);
-      if constexpr (Q == KvType::Q8_0) {
+                          first_tile ? kQuantPrefetchTiles * B : B, kAttendTile, kQ8 ? d / 4 : d);
+      if constexpr (kQ8) {
         const uint8_t* codes[NV];
         const uint16_t* scales[NV];
         for (int c = 0; c < NV; ++c) {
@@ -249,45 +285,26 @@ void attend_quant_chunk(const AttendArgs& a, int g0) {
           scales[c] = reinterpret_cast<const uint16_t*>(kpage[c] + k_codes) + kkey[c];
         }
         attend_q8_scores<V, GC, NV>(qq, codes, scales, bs, d, p, t * B, ahead);
-        continue;
+      } else {
+        attend_decoded_scores<V, Q, GC, NV>(q, kpage, kkey, k_codes, bs, d, lut, p, t * B, ahead);
       }
-      vec s[GC][NV];
-      for (int g = 0; g < GC; ++g)
-        for (int c = 0; c < NV; ++c) s[g][c] = V::zero();
-      for (int group = 0; group < d / G32; ++group) {
-        vec kscale[NV];
-        for (int c = 0; c < NV; ++c)
-          kscale[c] = V::load(reinterpret_cast<const uint16_t*>(kpage[c] + k_codes) + static_cast<size_t>(group) * bs + kkey[c]);
-        for (int i = group * G32; i < group * G32 + G32; ++i) {
-          ahead.step();
-          vec k[NV];
-          for (int c = 0; c < NV; ++c) k[c] = V::mul(attend_decode_keys<V, Q>(kpage[c] + kkey[c], i, bs, d, lut), kscale[c]);
-          for (int g = 0; g < GC; ++g) {
-            const vec qi = V::set1(q[g][i]);
-            for (int c = 0; c < NV; ++c) s[g][c] = V::fma(qi, k[c], s[g][c]);
-          }
-        }
-      }
-      for (int g = 0; g < GC; ++g)
-        for (int c = 0; c < NV; ++c) V::store(p[g] + t * B + c * W, s[g][c]);
     }
     attend_softmax_update<V, GC>(p, n, tiles * B, m, l, acc, dv);
-    const int steps = (n + kAttendTile - 1) / kAttendTile;
     for (int group = 0; group < dv / G32; ++group) {
-      if constexpr (Q == KvType::Q8_0) {
-        attend_q8_values<V, GC, VS>(p, vscales, bs, vcodes, n, group, acc);
-        continue;
+      vec sc[CK / W];  // [chunk keys / W] the keys' scales of this value group
+      attend_value_scales<V>(vscales, bs, steps, group, sc);
+      if constexpr (kQ8) {
+        attend_q8_values<V, GC, VS>(p, sc, n, vcodes, group, acc);
+      } else {
+        alignas(64) float pv[GC][CK];  // probabilities times the scales
+        for (int j = 0; j < steps * kAttendTile; j += W)
+          for (int g = 0; g < GC; ++g) V::store(pv[g] + j, V::mul(V::load(p[g] + j), sc[j / W]));
+        const size_t group_offset = static_cast<size_t>(group) * kv_code_bytes(Q, G32);
+        for (int s0 = 0; s0 < SLICES; s0 += VS)  // each key's codes decoded once for the GC heads
+          attend_values_with<V, GC, VS>(pv, n, group * G32 + s0 * W, acc, [&](int j, int s) {
+            return attend_decode_values<V, Q>(vcodes[j] + group_offset, s0 + s, lut);
+          });
       }
-      for (int st = 0; st < steps; ++st)
-        for (int w = 0; w < kAttendTile; w += W) {
-          const vec sc = V::load(vscales[st] + static_cast<size_t>(group) * bs + w);
-          for (int g = 0; g < GC; ++g) V::store(pv[g] + st * kAttendTile + w, V::mul(V::load(p[g] + st * kAttendTile + w), sc));
-        }
-      const size_t group_offset = static_cast<size_t>(group) * kv_code_bytes(Q, G32);
-      for (int s0 = 0; s0 < SLICES; s0 += VS)  // each key's codes decoded once for the GC heads
-        attend_values_with<V, GC, VS>(pv, n, group * G32 + s0 * W, acc, [&](int j, int s) {
-          return attend_decode_values<V, Q>(vcodes[j] + group_offset, s0 + s, lut);
-        });
     }
   }
   for (int g = 0; g < GC; ++g) {
