@@ -26,7 +26,8 @@ TEST(RegexGrammar, AcceptsExactlyWhatTheRegexFinds) {
       "^[a-z]+$",          "^\\d{3}-\\d{4}$",    "ab",                "^a|b$|^(c|d)$" /* refused below */, "^(ab|cd)*e?$",
       "^[A-Z][a-z]{0,3}$", "^\\w+@\\w+\\.com$",  "^[^ab]{2,}$",       "x.y",               "^(?:1|22)+$",
       "^\\S+ \\S+$",       "^[-+]?[0-9]+(\\.[0-9]+)?$",               "^[a-c]{2}\\d?$",    "b+$",               "^.{1,3}$",
-      "^[\\w.-]+$",        ",()+0",              "^(a|)*b$",          "^(x?y?)+$",        "^(a(b|c)?)+$",       "^[0-9a-f]{2}(:[0-9a-f]{2}){1,2}$"};
+      "^[\\w.-]+$",        ",()+0",              "^(a|)*b$",          "^(x?y?)+$",        "^(a(b|c)?)+$",       "^[0-9a-f]{2}(:[0-9a-f]{2}){1,2}$",
+      "^a{05}$" /* five, not nullable */, "^(ab){2,}$", "^c{0}d$"};
   const std::string alphabet = "abcdex12-+.@ A:_f9Zom";
   std::mt19937 rng(5);
   for (const std::string& pattern : patterns) {
@@ -57,7 +58,9 @@ TEST(RegexGrammar, AcceptsExactlyWhatTheRegexFinds) {
         s += next[rng() % next.size()];
         st = grammar_advance_byte(g, st, static_cast<uint8_t>(s.back()));
       }
-      if (grammar_complete(st)) EXPECT_TRUE(std::regex_search(s, re)) << "'" << s << "'";
+      if (grammar_complete(st)) {
+        EXPECT_TRUE(std::regex_search(s, re)) << "'" << s << "'";
+      }
     }
   }
 }

@@ -152,12 +152,13 @@ class RegexParser {
         const int v = std::stoi(d);
         return v <= 4096 ? v : -1;
       };
-      const int lo = count(m), hi = n.empty() ? lo : count(n);
-      if (close == std::string_view::npos || lo < 0 || hi < 0 || hi < lo) {
+      const bool unbounded = comma != std::string::npos && n.empty();  // {m,}
+      const int lo = count(m), hi = unbounded ? -1 : count(n);
+      if (close == std::string_view::npos || lo < 0 || (!unbounded && (hi < 0 || hi < lo))) {
         fail("'{' is not a quantifier {m}, {m,} or {m,n} with m <= n <= 4096 (escape a literal '{' as \\{)");
         return {};
       }
-      r = {lo, n.empty() ? -1 : hi};
+      r = {lo, hi};
       pos_ = close + 1;
     } else {
       return {};
