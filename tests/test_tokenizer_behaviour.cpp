@@ -3,11 +3,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/utf8.h"
 #include "io/gguf.h"
 #include "test_support.h"
 #include "tokenizer/stream_decoder.h"
 #include "tokenizer/tokenizer.h"
-#include "core/utf8.h"
 
 namespace kestrel {
 namespace {

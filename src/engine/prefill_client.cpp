@@ -31,11 +31,12 @@ PrefillClient::PrefillClient(Communicator& world, int32_t group_size, size_t pag
       queued_tokens_(static_cast<size_t>(world.size()), 0) {
   stats_.prefill_ranks = world.size() - group_size;
   stats_.group_size = group_size;
-  stats_.workers.resize(static_cast<size_t>(stats_.prefill_ranks / group_size));
+  stats_.workers.resize(static_cast<size_t>(n_workers()));
 }
 
 PrefillClient::~PrefillClient() {
-  for (int r = group_size_; r < world_.size(); r += group_size_) send(prefill_message(PrefillMessageKind::Stop), r);
+  for (int worker = 1; worker <= n_workers(); ++worker)
+    send(prefill_message(PrefillMessageKind::Stop), replica_leader(worker, group_size_));
   // Every prefill rank answers Stopped (a leader once told, the others once their leader stopped relaying)
   // after everything else it sent: take (and drop) messages until then.
   for (int n_stopped = 0; n_stopped < world_.size() - group_size_;) {
@@ -47,9 +48,11 @@ PrefillClient::~PrefillClient() {
 }
 
 int PrefillClient::pick_rank(std::span<const int32_t> prompt, const std::string& cache_salt) {
-  int least = group_size_;
-  for (int r = 2 * group_size_; r < world_.size(); r += group_size_)
+  int least = replica_leader(1, group_size_);
+  for (int worker = 2; worker <= n_workers(); ++worker) {
+    const int r = replica_leader(worker, group_size_);
     if (queued_tokens_[static_cast<size_t>(r)] < queued_tokens_[static_cast<size_t>(least)]) least = r;
+  }
   const uint64_t key = beginning_hash(prompt, cache_salt);
   int rank = least;
   if (const auto it = affinity_.find(key); it != affinity_.end() &&

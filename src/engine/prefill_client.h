@@ -77,6 +77,8 @@ class PrefillClient {
   };
   // The leader (world rank) of a prefill rank's group (dist/data_parallel_ranks.h's layout, group 0 decoding).
   int leader_of(int rank) const { return replica_leader(replica_of_rank(rank, group_size_), group_size_); }
+  // Prefill workers (replicas 1 .. n_workers(); replica 0 decodes).
+  int n_workers() const { return world_.size() / group_size_ - 1; }
   int pick_rank(std::span<const int32_t> prompt, const std::string& cache_salt);
   // Handles one message from a prefill rank; completed prompts go to done.
   void handle(int source, PrefillMessage m, std::vector<PrefilledPrompt>& done);
