@@ -7,6 +7,9 @@
 
 namespace kestrel::utf8 {
 
+// sequence_length and decode read a sequence by its lead byte alone, as the tokenizers split text into
+// characters (llama.cpp's rule too, so text with over-long forms or surrogates tokenizes the same); what
+// must be well-formed (streamed output, grammar literals) goes through scan_sequence below instead.
 // Length of the UTF-8 sequence that starts with byte c (1 for invalid lead bytes, so callers always advance).
 inline size_t sequence_length(unsigned char c) {
   if (c < 0x80) return 1;
