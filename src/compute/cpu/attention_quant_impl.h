@@ -150,11 +150,12 @@ void attend_value_scales(const uint16_t* const* vscales, int bs, int steps, int 
 
 // The generic scores of one tile (NV vectors of W keys; kpage[c] + kkey[c]: vector c's page and first key)
 // for GC heads, into p[g][column + c * W]: per dimension the keys' codes are decoded and scaled once and every
-// head's query value meets them.
+// head's query value meets them. Always inlined: as its own function GCC 12 left it 4% slower (q4_0).
 template <typename V, KvType Q, int GC, int NV>
-[[gnu::always_inline]] inline void attend_decoded_scores(const float (*q)[kAttendMaxDim], const uint8_t* const* kpage, const int* kkey, size_t k_codes,
-                           int bs, int d, const typename V::lut_type& lut, float (*p)[kAttendChunk], int column,
-                           AheadPrefetch& ahead) {
+[[gnu::always_inline]] inline void attend_decoded_scores(const float (*q)[kAttendMaxDim], const uint8_t* const* kpage,
+                                                         const int* kkey, size_t k_codes, int bs, int d,
+                                                         const typename V::lut_type& lut, float (*p)[kAttendChunk],
+                                                         int column, AheadPrefetch& ahead) {
   using vec = typename V::type;
   constexpr int W = V::W;
   vec s[GC][NV];
