@@ -308,7 +308,10 @@ void attend_quant_chunk(const AttendArgs& a, int g0) {
       }
     }
   }
-  attend_finish<GC>(a, g0, acc, m, l);
+  for (int g = 0; g < GC; ++g) {
+    const float inv = 1.0f / l[g];
+    for (int i = 0; i < dv; ++i) a.out[(g0 + g) * dv + i] = acc[g][i] * inv;
+  }
 }
 
 template <typename V, KvType Q>
