@@ -186,8 +186,8 @@ struct DecodeToken {
   kestrel::AttentionRows rows() const {
     return {std::span<const int32_t>(&pos, 1), std::span<const int32_t* const>(tables, 1)};
   }
-  void attend(kestrel::ThreadPool& pool, const kestrel::KvLayerView& kv) {
-    kestrel::ops::attention_paged(pool, q.data(), kv, rows(), out.data(), 1, kHeads, 0.125f);
+  void attend(kestrel::ThreadPool& pool, const kestrel::KvLayerView& kv, int n_heads = kHeads) {
+    kestrel::ops::attention_paged(pool, q.data(), kv, rows(), out.data(), 1, n_heads, 0.125f);
     benchmark::DoNotOptimize(out.data());
   }
   std::vector<int32_t> table;  // [n_blocks] block ids in order
@@ -228,6 +228,21 @@ void BM_AttentionDecodeLayers(benchmark::State& state, kestrel::KvType type) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * 2 * layer_bytes * n_layers));
   state.counters["layer"] = benchmark::Counter(n_layers, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
+// Decode attention with a single KV head (multi-query models: 8 query heads share it) over range(0) cached
+// tokens, in cache, on range(1) threads: one (token, KV head) item, whose keys the page kernels split into
+// parts for the threads to share (attention_key_parts); before the split, 2 threads took as long as 1.
+void BM_AttentionDecodeOneKvHead(benchmark::State& state, kestrel::KvType type) {
+  const int n_keys = static_cast<int>(state.range(0)), bs = 16, n_blocks = n_keys / bs, hd = DecodeToken::kHeadDim;
+  std::vector<uint8_t> k(static_cast<size_t>(n_blocks) * bs * kestrel::kv_row_bytes(type, hd), 0x11), v(k.size(), 0x11);
+  DecodeToken token(n_keys, bs);
+  const kestrel::KvLayerView kv{k.data(), v.data(), type, true, bs, 1, hd, hd, hd, n_blocks};
+  kestrel::ThreadPool pool(static_cast<int>(state.range(1)));
+  for (auto _ : state) token.attend(pool, kv, 8);
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * 2 * k.size()));
+}
+BENCHMARK_CAPTURE(BM_AttentionDecodeOneKvHead, f16, kestrel::KvType::F16)->Args({4096, 1})->Args({4096, 2})->UseRealTime();
+BENCHMARK_CAPTURE(BM_AttentionDecodeOneKvHead, q8_0, kestrel::KvType::Q8_0)->Args({4096, 1})->Args({4096, 2})->UseRealTime();
+
 BENCHMARK_CAPTURE(BM_AttentionDecodeLayers, f16, kestrel::KvType::F16)->Arg(512)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_AttentionDecodeLayers, bf16, kestrel::KvType::BF16)->Arg(512)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_AttentionDecodeLayers, q8_0, kestrel::KvType::Q8_0)->Arg(512)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);

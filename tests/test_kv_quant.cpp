@@ -279,5 +279,42 @@ TEST(KvQuant, GenericPathMatchesReference) {
   }
 }
 
+// Decode over a long context with one KV head: the page kernels split each token's keys into parts that
+// the two threads take separately (attention_key_parts) and merge them by their softmax states; the result
+// equals the reference on every ISA (F16 pages, q8_0's integer kernel, tq4's rotated basis), including a
+// token whose last part is shorter and one whose keys split into fewer whole pages.
+TEST(KvQuant, LongDecodeSplitsKeysAcrossThreads) {
+  ThreadPool pool(2);
+  const int hd = 64, n_heads = 8, n_kv = 1, bs = 16, n_blocks = 200;
+  for (KvType t : {KvType::F16, KvType::Q8_0, KvType::TQ4}) {
+    SCOPED_TRACE(kv_type_name(t));
+    std::vector<uint8_t> k(static_cast<size_t>(n_blocks) * n_kv * bs * kv_row_bytes(t, hd)), v(k.size());
+    const KvLayerView kv{k.data(), v.data(), t, true, bs, n_kv, hd, hd, hd, n_blocks, 9};
+    const auto vals = gaussian(static_cast<size_t>(n_blocks) * bs * hd * 2, 18);
+    for (int r = 0; r < n_blocks * bs; ++r) {
+      kv.write_k(r / bs, 0, r % bs, vals.data() + static_cast<size_t>(2 * r) * hd);
+      kv.write_v(r / bs, 0, r % bs, vals.data() + static_cast<size_t>(2 * r + 1) * hd);
+    }
+    std::vector<int32_t> table(n_blocks);
+    for (int i = 0; i < n_blocks; ++i) table[static_cast<size_t>(i)] = (i * 37 + 11) % n_blocks;
+    for (const std::vector<int32_t>& positions : {std::vector<int32_t>{n_blocks * bs - 1}, std::vector<int32_t>{2999, 1203}}) {
+      const std::vector<const int32_t*> tables(positions.size(), table.data());
+      const AttentionRows rows{positions, tables};
+      ASSERT_GT(attention_key_parts(rows, n_kv, pool.n_threads()), 1);
+      const int n_tok = static_cast<int>(positions.size());
+      const auto q = gaussian(static_cast<size_t>(n_tok) * n_heads * hd, 19, 0.5f);
+      const auto q_used = t == KvType::Q8_0 ? int8_queries(q, hd, 0.125f) : q;
+      std::vector<float> want(q.size());
+      ref::attention(q_used.data(), kv, rows, want.data(), n_tok, n_heads, 0.125f);
+      for (Isa isa : runnable_isas()) {
+        SCOPED_TRACE(isa_name(isa));
+        std::vector<float> got(want.size());
+        attention_paged_on(isa, pool, q.data(), kv, rows, got.data(), n_tok, n_heads, 0.125f);
+        for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], t == KvType::F16 ? 2e-5f : 2e-4f) << i;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kestrel

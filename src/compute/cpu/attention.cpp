@@ -192,12 +192,54 @@ bool tokens_in_distinct_sequences(const AttentionRows& rows) {
   return true;
 }
 
+// attention_key_parts: items wanted per thread, and the fewest keys of a part.
+constexpr int kItemsPerThread = 2;
+constexpr int kMinPartKeys = 512;
+}  // namespace
+
+int attention_key_parts(const AttentionRows& rows, int n_kv_heads, int n_threads) {
+  const int items = static_cast<int>(rows.positions.size()) * n_kv_heads;
+  if (items == 0) return 1;
+  const int wanted = (kItemsPerThread * n_threads + items - 1) / items;
+  if (wanted <= 1) return 1;
+  int32_t shortest = rows.positions.empty() ? 0 : rows.positions[0] + 1;
+  for (int32_t p : rows.positions) shortest = std::min(shortest, p + 1);
+  return std::max(1, std::min(wanted, static_cast<int>(shortest / kMinPartKeys)));
+}
+
+namespace {
+
+// out[g] <- the parts' outputs weighted by their softmax mass: part_out [parts][G][dv], state [parts][G][2]
+// (running max, sum of exp), each part normalized by its own sum.
+void merge_key_parts(const float* part_out, const float* state, int parts, int G, int dv, float* out) {
+  for (int g = 0; g < G; ++g) {
+    float max = -3.0e38f;
+    for (int part = 0; part < parts; ++part) {
+      const float* st = state + (static_cast<size_t>(part) * G + g) * 2;
+      if (st[1] > 0.0f) max = std::max(max, st[0]);
+    }
+    float* o = out + static_cast<size_t>(g) * dv;
+    std::fill_n(o, dv, 0.0f);
+    float total = 0.0f;
+    for (int part = 0; part < parts; ++part) {
+      const float* st = state + (static_cast<size_t>(part) * G + g) * 2;
+      if (st[1] <= 0.0f) continue;  // an empty part
+      const float mass = st[1] * std::exp(st[0] - max);
+      const float* po = part_out + (static_cast<size_t>(part) * G + g) * dv;
+      for (int i = 0; i < dv; ++i) o[i] += mass * po[i];
+      total += mass;
+    }
+    for (int i = 0; i < dv; ++i) o[i] /= total;
+  }
+}
+
 }  // namespace
 
 void attention_paged_on(Isa isa, ThreadPool& pool, const float* q, const KvLayerView& kv, const AttentionRows& rows,
                         float* out, int n_tok, int n_heads, float scale, const ops::KvWrite* write) {
   const AttendFn attend_fn = attend_kernel(kv, isa);
-  if (write && !(attend_fn && tokens_in_distinct_sequences(rows))) {
+  const int parts = attend_fn ? attention_key_parts(rows, kv.n_kv_heads, pool.n_threads()) : 1;
+  if (write && !(attend_fn && parts == 1 && tokens_in_distinct_sequences(rows))) {
     ops::kv_store(kv, rows, *write, n_tok);
     write = nullptr;
   }
@@ -209,10 +251,16 @@ void attention_paged_on(Isa isa, ThreadPool& pool, const float* q, const KvLayer
     kv_rotation_factors(kv.rotation_seed, kv.k_dim, factors);
     kv_rotation_factors(kv.rotation_seed, kv.v_dim, factors_v);
   }
-  pool.parallel_for(static_cast<size_t>(n_tok) * kv.n_kv_heads, 1, [&](size_t begin, size_t end, int) {
+  const size_t items = static_cast<size_t>(n_tok) * kv.n_kv_heads;
+  // Split items only: [items][parts][group][v_dim] outputs and [items][parts][group][2] softmax states.
+  std::vector<float> part_out(parts > 1 ? items * parts * group * kv.v_dim : 0);
+  std::vector<float> part_state(parts > 1 ? items * parts * group * 2 : 0);
+  pool.parallel_for(items * parts, 1, [&](size_t begin, size_t end, int) {
     float scratch[kAttendMaxDim];  // one rotated K row
     std::vector<float> q_rotated(rotated ? static_cast<size_t>(group) * kv.k_dim : 0);  // [group, k_dim]
-    for (size_t item = begin; item < end; ++item) {
+    for (size_t work = begin; work < end; ++work) {
+      const size_t item = work / parts;
+      const int part = static_cast<int>(work % parts);
       const int t = static_cast<int>(item / kv.n_kv_heads), h = static_cast<int>(item % kv.n_kv_heads);
       if (write) ops::kv_store_head(kv, rows, *write, t, h, scratch);
       const size_t first_head = static_cast<size_t>(t) * n_heads + static_cast<size_t>(h) * group;
@@ -222,14 +270,32 @@ void attention_paged_on(Isa isa, ThreadPool& pool, const float* q, const KvLayer
         for (int g = 0; g < group; ++g) kv_rotate(q_rotated.data() + static_cast<size_t>(g) * kv.k_dim, kv.k_dim, factors);
         q_heads = q_rotated.data();
       }
-      float* out_heads = out + first_head * kv.v_dim;
-      const AttendArgs args{q_heads, group, kv.k_dim, kv.v_dim, kv.k, kv.v, kv.v_stride, kv.block_size, kv.n_blocks, h,
-                            rows.block_tables[t], rows.positions[t] + 1, scale, out_heads};
+      // This part's keys [first_key, end_key): whole pages, the last part takes what is left.
+      const int n_keys = rows.positions[t] + 1;
+      const int part_keys = ((n_keys + parts - 1) / parts + kv.block_size - 1) / kv.block_size * kv.block_size;
+      const int first_key = part * part_keys, end_key = std::min(n_keys, first_key + part_keys);
+      float* out_heads = parts > 1 ? part_out.data() + work * group * kv.v_dim : out + first_head * kv.v_dim;
+      float* state = parts > 1 ? part_state.data() + work * group * 2 : nullptr;
+      if (first_key >= end_key) {  // an empty part: no mass
+        std::fill_n(state, 2 * group, 0.0f);
+        continue;
+      }
+      AttendArgs args{q_heads, group, kv.k_dim, kv.v_dim, kv.k, kv.v, kv.v_stride, kv.block_size, kv.n_blocks, h,
+                      rows.block_tables[t] + first_key / kv.block_size, end_key - first_key, scale, out_heads, state};
       attend_fn(args);
-      if (rotated)  // values were summed in the rotated basis: rotate the outputs back
+      if (rotated && parts == 1)  // values were summed in the rotated basis: rotate the outputs back
         for (int g = 0; g < group; ++g) kv_unrotate(out_heads + static_cast<size_t>(g) * kv.v_dim, kv.v_dim, factors_v);
     }
   });
+  if (parts == 1) return;
+  for (size_t item = 0; item < items; ++item) {
+    const int t = static_cast<int>(item / kv.n_kv_heads), h = static_cast<int>(item % kv.n_kv_heads);
+    float* out_heads = out + (static_cast<size_t>(t) * n_heads + static_cast<size_t>(h) * group) * kv.v_dim;
+    merge_key_parts(part_out.data() + item * parts * group * kv.v_dim, part_state.data() + item * parts * group * 2, parts,
+                    group, kv.v_dim, out_heads);
+    if (rotated)
+      for (int g = 0; g < group; ++g) kv_unrotate(out_heads + static_cast<size_t>(g) * kv.v_dim, kv.v_dim, factors_v);
+  }
 }
 
 namespace ops {

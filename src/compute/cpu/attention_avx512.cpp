@@ -175,10 +175,7 @@ void attend_bf16_chunk(const AttendArgs& a, int g0) {
       for (int g = 0; g < GC; ++g) _mm512_storeu_ps(acc[g] + i, o[g]);
     }
   }
-  for (int g = 0; g < GC; ++g) {
-    const float inv = 1.0f / l[g];
-    for (int i = 0; i < dv; ++i) a.out[(g0 + g) * dv + i] = acc[g][i] * inv;
-  }
+  attend_finish<GC>(a, g0, acc, m, l);
 }
 
 template <int SPLIT>

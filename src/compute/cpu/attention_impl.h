@@ -30,6 +30,8 @@ struct AttendArgs {
   int n_keys;            // attend to positions [0, n_keys)
   float scale;
   float* out;            // [G, dv]
+  float* softmax_state = nullptr;  // [G, 2] if set: each head's running max and sum of exp(score - max), so
+                                   // the outputs of key ranges attended apart can be merged (attention.cpp)
 };
 constexpr int kAttendTile = 16;    // page sizes must be a multiple of this (or 4 or 8); tiles are too
 constexpr int kAttendChunk = 128;  // keys per softmax update (a multiple of kAttendTile)
@@ -132,6 +134,16 @@ void attend_softmax_update(float (*p)[kAttendChunk], int n, int padded, float* m
     m[g] = new_max;
     if (correction != 1.0f)
       for (int i = 0; i < dv; i += W) V::store(acc[g] + i, V::mul(V::load(acc[g] + i), V::set1(correction)));
+  }
+}
+
+// The heads' outputs (acc / l) and, if asked for, their softmax states.
+template <int GC>
+void attend_finish(const AttendArgs& a, int g0, const float (*acc)[kAttendMaxDim], const float* m, const float* l) {
+  for (int g = 0; g < GC; ++g) {
+    const float inv = 1.0f / l[g];
+    for (int i = 0; i < a.dv; ++i) a.out[(g0 + g) * a.dv + i] = acc[g][i] * inv;
+    if (a.softmax_state) a.softmax_state[2 * (g0 + g)] = m[g], a.softmax_state[2 * (g0 + g) + 1] = l[g];
   }
 }
 
@@ -259,10 +271,7 @@ void attend_chunk(const AttendArgs& a, int g0) {
     for (; i + W <= dv; i += W) attend_values<V, T, GC, 1>(p, vrow, n, i, i, acc);
     if (i < dv) attend_values_tail<V, T, GC>(p, vrow, n, i, dv, acc);
   }
-  for (int g = 0; g < GC; ++g) {
-    const float inv = 1.0f / l[g];
-    for (int i = 0; i < dv; ++i) a.out[(g0 + g) * dv + i] = acc[g][i] * inv;
-  }
+  attend_finish<GC>(a, g0, acc, m, l);
 }
 
 template <typename V, typename T, int SPLIT>

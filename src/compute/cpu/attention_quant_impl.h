@@ -308,10 +308,7 @@ void attend_quant_chunk(const AttendArgs& a, int g0) {
       }
     }
   }
-  for (int g = 0; g < GC; ++g) {
-    const float inv = 1.0f / l[g];
-    for (int i = 0; i < dv; ++i) a.out[(g0 + g) * dv + i] = acc[g][i] * inv;
-  }
+  attend_finish<GC>(a, g0, acc, m, l);
 }
 
 template <typename V, KvType Q>
