@@ -7,8 +7,9 @@
 //
 // A random model closes a free string with probability ~1/n_vocab per token, so the test gives free
 // strings, arrays and object keys a length (maxLength 24, maxItems 4, propertyNames maxLength 16, at
-// most 12 repetitions for a pattern's * and +) before
-// compiling: a subset of what each schema accepts, and the outputs are validated against the originals.
+// most 12 repetitions for a pattern's * and +) and unrolls recursion through $ref to a fixed depth
+// before compiling: a subset of what each schema accepts, and the outputs are validated against the
+// originals.
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
@@ -72,6 +73,41 @@ void bound_lengths(json& schema) {
   const bool free_keys = has_type("object") && (!schema.contains("properties") || schema.contains("additionalProperties")) &&
                          !(schema.contains("additionalProperties") && schema["additionalProperties"] == false);
   if (free_keys && !schema.contains("propertyNames")) schema["propertyNames"] = {{"maxLength", 16}};
+}
+
+// A recursive schema grows a tree whose size, sampled at random, has a long tail (a comment with up to
+// two replies, each a comment, ...). Each local $ref is inlined, and an array whose items would nest the
+// same definition more than kMaxNesting deep holds no items: a subset again, with a bounded size.
+constexpr int kMaxNesting = 3;
+
+void unroll_refs(json& schema, const json& root, std::map<std::string, int>& nesting) {
+  if (schema.is_array()) {
+    for (json& s : schema) unroll_refs(s, root, nesting);
+    return;
+  }
+  if (!schema.is_object()) return;
+  const auto ref_of = [](const json& s) {
+    return s.is_object() && s.contains("$ref") && s["$ref"].is_string() ? s["$ref"].get<std::string>() : std::string();
+  };
+  if (schema.contains("items")) {
+    const std::string ref = ref_of(schema["items"]);
+    if (!ref.empty() && nesting[ref] >= kMaxNesting) {
+      schema.erase("items");
+      schema["maxItems"] = 0;
+    }
+  }
+  const std::string ref = ref_of(schema);
+  if (ref.rfind("#/", 0) == 0) {
+    schema.erase("$ref");
+    for (const auto& [key, value] : root.at(json::json_pointer(ref.substr(1))).items())
+      if (!schema.contains(key)) schema[key] = value;
+    ++nesting[ref];
+    unroll_refs(schema, root, nesting);
+    --nesting[ref];
+    return;
+  }
+  for (auto& [key, value] : schema.items())
+    if (key != "$defs" && key != "definitions" && key != "enum" && key != "const") unroll_refs(value, root, nesting);
 }
 
 TEST(SchemaCorpus, EveryOutputOfARandomModelValidatesUnderItsSchema) {
@@ -138,6 +174,8 @@ TEST(SchemaCorpus, EveryOutputOfARandomModelValidatesUnderItsSchema) {
   for (const json& entry : corpus) {
     const std::string name = entry["name"].get<std::string>();
     json bounded = entry["schema"];
+    std::map<std::string, int> nesting;
+    unroll_refs(bounded, entry["schema"], nesting);
     bound_lengths(bounded);
     auto gbnf = json_schema_to_grammar(bounded);
     ASSERT_TRUE(gbnf.ok()) << name << ": " << gbnf.error();
