@@ -4,6 +4,8 @@
 #  1. On MODEL, the disaggregated server's greedy completions with top-5 logprobs match a one-process server's:
 #     the same tokens, every logprob within 1e-3 (the first token's logits come from a prefill rank, the
 #     others from KV pages it computed), alone and 4 concurrent, a second time from the prefill side's cache.
+#     Both servers keep F32 KV: with --tp the sums run in another order, and F16 pages would turn those
+#     last-bit differences into other F16 roundings of K and V, which move logits by 1e-3 and more (AVX2).
 #  2. On SLOW_MODEL (a prompt takes seconds to prefill), a client that leaves while its long prompt is being
 #     prefilled and one that leaves mid-generation leave no KV blocks in use on either side, and the server
 #     still answers.
@@ -17,11 +19,11 @@ plain_log=$(mktemp)
 source "$(dirname "$0")/start_server.sh"
 trap 'kill ${server:-} ${plain:-} 2>/dev/null || true; rm -f "$log" "$plain_log"' EXIT
 
-KESTREL_LAUNCHER="" start_server "$kestrel" "$plain_log" -m "$model" -t 1
+KESTREL_LAUNCHER="" start_server "$kestrel" "$plain_log" -m "$model" -t 1 -ctk f32 -ctv f32
 plain=$server
 plain_port=$port
 # shellcheck disable=SC2086
-start_server "$kestrel" "$log" -m "$model" -t 1 ${SERVE_ARGS:-}
+start_server "$kestrel" "$log" -m "$model" -t 1 -ctk f32 -ctv f32 ${SERVE_ARGS:-}
 if ! curl -sf "http://127.0.0.1:$port/ready" >/dev/null; then echo "the server did not start:"; cat "$log"; exit 1; fi
 python3 - "$plain_port" "$port" <<'PY'
 import json, sys, urllib.request
