@@ -47,7 +47,10 @@ struct Scalar {
     return static_cast<itype>(x);
   }
   static itype round_to_int(type x) { return static_cast<itype>(std::nearbyint(x)); }
-  static void store_int16(int16_t* p, itype v) { *p = static_cast<int16_t>(v); }
+  static void store_int16(int16_t* p, itype v) {  // into int32 words (two per word): bytes, not an int16 object
+    const auto x = static_cast<int16_t>(v);
+    std::memcpy(p, &x, sizeof x);
+  }
   static itype load_i8x2(const uint8_t* p) {  // two signed bytes as the int16 halves of a word
     return static_cast<itype>((static_cast<uint32_t>(static_cast<int16_t>(static_cast<int8_t>(p[0]))) & 0xFFFFu) |
                               (static_cast<uint32_t>(static_cast<int16_t>(static_cast<int8_t>(p[1]))) << 16));

@@ -25,8 +25,9 @@
 namespace kestrel {
 
 constexpr int kQuantGroup = 32;  // values per scale in the fast path (kKvGroup)
-// Tiles ahead that pages are prefetched: quantized tiles take less time each, so further than float ones.
-constexpr int kQuantPrefetchTiles = 2;
+// How far ahead of the kernel pages are prefetched, and at most how many lines per step of a streaming loop.
+constexpr int kQuantPrefetchKeys = 128;
+constexpr int kQuantPrefetchLinesPerStep = 2;
 
 namespace {
 
@@ -111,7 +112,7 @@ struct QuantizedQueries {
 // their fp16 scales) for GC heads, into p[g][column + c * W]: each query broadcast serves every vector.
 template <typename V, int GC, int NV>
 void attend_q8_scores(const QuantizedQueries<GC>& qq, const uint8_t* const* codes, const uint16_t* const* scales, int bs,
-                      int d, float (*p)[kAttendChunk], int column, AheadPrefetch& ahead) {
+                      int d, float (*p)[kAttendChunk], int column, PageStreamPrefetch& ahead) {
   using vec = typename V::type;
   using ivec = typename V::itype;
   constexpr int W = V::W;
@@ -155,7 +156,7 @@ template <typename V, KvType Q, int GC, int NV>
 [[gnu::always_inline]] inline void attend_decoded_scores(const float (*q)[kAttendMaxDim], const uint8_t* const* kpage,
                                                          const int* kkey, size_t k_codes, int bs, int d,
                                                          const typename V::lut_type& lut, float (*p)[kAttendChunk],
-                                                         int column, AheadPrefetch& ahead) {
+                                                         int column, PageStreamPrefetch& ahead) {
   using vec = typename V::type;
   constexpr int W = V::W;
   vec s[GC][NV];
@@ -179,41 +180,72 @@ template <typename V, KvType Q, int GC, int NV>
     for (int c = 0; c < NV; ++c) V::store(p[g] + column + c * W, s[g][c]);
 }
 
-// q8_0 values: per 32-value group and head, the probabilities times the keys' scales (sc: attend_value_scales;
-// p is 0 past n) are rounded to int16 (max / 32767 per chunk, V::store_int16: far below the codes' own error,
-// and a chunk's small probabilities keep their precision), and each pair of keys' codes (side by side in the
-// page; vpairs[jp]: pair jp's) meets a pair of them in one 16-bit dot product (V::dot2) for W values at once.
-template <typename V, int GC, int S>
-void attend_q8_values(const float (*p)[kAttendChunk], const typename V::type* sc, int n, const uint8_t* const* vpairs, int group,
-                      float (*acc)[kAttendMaxDim]) {
+// q8_0: one chunk's online-softmax update fused with rounding its probabilities for the value products.
+// Per head, the probabilities are taken relative to the chunk's own max (the largest is 1) and, per 32-value
+// group, times each key's value scale over the chunk's largest scale in that group, rounded to int16
+// (at most 32767; far below the codes' own error, and a chunk's small probabilities keep their precision):
+// pq[group][g], two keys per word (a pair's codes are side by side in the page). What one unit of pq is
+// worth, exp(chunk max - running max) * largest scale / 32767, goes to pscale[group][g]; l[g] gains the
+// chunk's sum and acc[g] is rescaled to the new running max m[g]. p: the chunk's scores (n keys, `padded`
+// with masked ones); vscales: attend_value_scales's.
+template <typename V, int GC>
+void attend_q8_softmax(float (*p)[kAttendChunk], int n, int padded, const uint16_t* const* vscales, int bs, int groups,
+                       float* m, float* l, float (*acc)[kAttendMaxDim], int dv, int32_t (*pq)[GC][kAttendChunk / 2],
+                       float (*pscale)[GC]) {
   using vec = typename V::type;
+  constexpr int W = V::W;
+  const int vecs = padded / W, steps = (n + kAttendTile - 1) / kAttendTile;
+  alignas(64) float scaled[kAttendMaxDim / kQuantGroup][kAttendChunk];  // [groups][keys] scale * 32767 / max; 0 past n
+  float scale_max[kAttendMaxDim / kQuantGroup];
+  for (int group = 0; group < groups; ++group) {
+    vec sc[kAttendChunk / W];
+    attend_value_scales<V>(vscales, bs, steps, group, sc);
+    float* row = scaled[group];
+    for (int j = 0; j < steps * kAttendTile / W; ++j) V::store(row + j * W, sc[j]);
+    for (int j = n; j < padded; ++j) row[j] = 0.0f;
+    vec mx = V::zero();
+    for (int j = 0; j < vecs; ++j) mx = V::max(mx, V::load(row + j * W));
+    scale_max[group] = V::reduce_max(mx);
+    const vec to_int = V::set1(scale_max[group] > 0.0f ? 32767.0f / scale_max[group] : 0.0f);
+    for (int j = 0; j < vecs; ++j) V::store(row + j * W, V::mul(V::load(row + j * W), to_int));
+  }
+  float chunk_max[GC], correction[GC], chunk_weight[GC];
+  attend_chunk_maxima<V, GC>(p, n, padded, m, chunk_max, correction, chunk_weight);
+  vec shift[GC], sum[GC];
+  for (int g = 0; g < GC; ++g) shift[g] = V::set1(chunk_max[g]), sum[g] = V::zero();
+  for (int j = 0; j < vecs; ++j)
+    for (int g = 0; g < GC; ++g) {
+      const vec e = V::exp(V::sub(V::load(p[g] + j * W), shift[g]));
+      sum[g] = V::add(sum[g], e);
+      for (int group = 0; group < groups; ++group)
+        V::store_int16(reinterpret_cast<int16_t*>(pq[group][g]) + j * W, V::round_to_int(V::mul(e, V::load(scaled[group] + j * W))));
+    }
+  for (int g = 0; g < GC; ++g) {
+    l[g] = l[g] * correction[g] + chunk_weight[g] * V::reduce_add(sum[g]);
+    for (int group = 0; group < groups; ++group) pscale[group][g] = chunk_weight[g] * scale_max[group] / 32767.0f;
+  }
+  attend_rescale<V, GC>(correction, acc, dv);
+}
+
+// q8_0 values of one 32-value group: each pair of keys' codes (vpairs[jp]: pair jp's) meets the pair's rounded
+// probabilities (attend_q8_softmax's pq and pscale for the group) in one 16-bit dot product (V::dot2) for W
+// values at once.
+template <typename V, int GC, int S>
+void attend_q8_values(const int32_t (*pq)[kAttendChunk / 2], const float* pscale, int n, const uint8_t* const* vpairs,
+                      int group, float (*acc)[kAttendMaxDim], PageStreamPrefetch& ahead) {
   using ivec = typename V::itype;
   constexpr int W = V::W, SLICES = kQuantGroup / W;
-  const int vecs = (n + kAttendTile - 1) / kAttendTile * (kAttendTile / W);
-  alignas(64) int16_t pq[GC][kAttendChunk];  // [heads][keys] rounded probabilities; a pair is one word
-  float pscale[GC];
-  for (int g = 0; g < GC; ++g) {
-    vec pv[kAttendChunk / W];  // probabilities times the scales
-    vec mx = V::zero();
-    for (int j = 0; j < vecs; ++j) {
-      pv[j] = V::mul(V::load(p[g] + j * W), sc[j]);
-      mx = V::max(mx, pv[j]);
-    }
-    const float max = V::reduce_max(mx);
-    pscale[g] = max / 32767.0f;
-    const vec inv = V::set1(max > 0.0f ? 32767.0f / max : 0.0f);
-    for (int j = 0; j < vecs; ++j) V::store_int16(pq[g] + j * W, V::round_to_int(V::mul(pv[j], inv)));
-  }
   for (int s0 = 0; s0 < SLICES; s0 += S) {
     ivec sums[GC][S];
     for (int g = 0; g < GC; ++g)
       for (int s = 0; s < S; ++s) sums[g][s] = V::set1_i(0);
     const size_t column = static_cast<size_t>(group) * kQuantGroup + static_cast<size_t>(s0) * W;
     for (int jp = 0; jp < (n + 1) / 2; ++jp) {
+      ahead.step();
       ivec v2[S];
       for (int s = 0; s < S; ++s) v2[s] = V::load_i8x2(vpairs[jp] + (column + static_cast<size_t>(s) * W) * 2);
       for (int g = 0; g < GC; ++g)
-        for (int s = 0; s < S; ++s) sums[g][s] = V::dot2(sums[g][s], v2[s], attend_load_u32(reinterpret_cast<const uint8_t*>(pq[g] + 2 * jp)));
+        for (int s = 0; s < S; ++s) sums[g][s] = V::dot2(sums[g][s], v2[s], pq[g][jp]);
     }
     for (int g = 0; g < GC; ++g)
       for (int s = 0; s < S; ++s) {
@@ -253,6 +285,7 @@ void attend_quant_chunk(const AttendArgs& a, int g0) {
   const auto* vbase = static_cast<const uint8_t*>(a.v);
   const uint8_t* vcodes[CK / kCodeKeys];      // [chunk keys / kCodeKeys] each code row's V codes
   const uint16_t* vscales[CK / kAttendTile];  // [16-key steps] scales of the step's first key, group 0
+  PageStreamPrefetch ahead(a, k_page, v_page, kQuantPrefetchKeys, kQuantPrefetchLinesPerStep);
   for (int chunk = 0; chunk < a.n_keys; chunk += CK) {
     const int n = a.n_keys - chunk < CK ? a.n_keys - chunk : CK;
     const int tiles = (n + B - 1) / B, steps = (n + kAttendTile - 1) / kAttendTile;
@@ -275,9 +308,7 @@ void attend_quant_chunk(const AttendArgs& a, int g0) {
         for (int r = 0; r < kAttendTile; r += kCodeKeys)  // a q8_0 pair starts where its first key's row would
           vcodes[(t * B + j + r) / kCodeKeys] = v0 + static_cast<size_t>(pos % bs + r) * v_row;
       }
-      const bool first_tile = start == 0;
-      AheadPrefetch ahead(a, k_page, v_page, first_tile ? B : start + kQuantPrefetchTiles * B,
-                          first_tile ? kQuantPrefetchTiles * B : B, kAttendTile, kQ8 ? d / 4 : d);
+      ahead.advance_to(start);
       if constexpr (kQ8) {
         const uint8_t* codes[NV];
         const uint16_t* scales[NV];
@@ -290,19 +321,23 @@ void attend_quant_chunk(const AttendArgs& a, int g0) {
         attend_decoded_scores<V, Q, GC, NV>(q, kpage, kkey, k_codes, bs, d, lut, p, t * B, ahead);
       }
     }
-    attend_softmax_update<V, GC>(p, n, tiles * B, m, l, acc, dv);
-    for (int group = 0; group < dv / G32; ++group) {
-      vec sc[CK / W];  // [chunk keys / W] the keys' scales of this value group
-      attend_value_scales<V>(vscales, bs, steps, group, sc);
-      if constexpr (kQ8) {
-        attend_q8_values<V, GC, VS>(p, sc, n, vcodes, group, acc);
-      } else {
+    if constexpr (kQ8) {
+      alignas(64) int32_t pq[kAttendMaxDim / G32][GC][CK / 2];  // [value groups][heads][key pairs] (attend_q8_softmax)
+      float pscale[kAttendMaxDim / G32][GC];
+      attend_q8_softmax<V, GC>(p, n, tiles * B, vscales, bs, dv / G32, m, l, acc, dv, pq, pscale);
+      for (int group = 0; group < dv / G32; ++group) attend_q8_values<V, GC, VS>(pq[group], pscale[group], n, vcodes, group, acc, ahead);
+    } else {
+      attend_softmax_update<V, GC>(p, n, tiles * B, m, l, acc, dv);
+      for (int group = 0; group < dv / G32; ++group) {
+        vec sc[CK / W];  // [chunk keys / W] the keys' scales of this value group
+        attend_value_scales<V>(vscales, bs, steps, group, sc);
         alignas(64) float pv[GC][CK];  // probabilities times the scales
         for (int j = 0; j < steps * kAttendTile; j += W)
           for (int g = 0; g < GC; ++g) V::store(pv[g] + j, V::mul(V::load(p[g] + j), sc[j / W]));
         const size_t group_offset = static_cast<size_t>(group) * kv_code_bytes(Q, G32);
         for (int s0 = 0; s0 < SLICES; s0 += VS)  // each key's codes decoded once for the GC heads
           attend_values_with<V, GC, VS>(pv, n, group * G32 + s0 * W, acc, [&](int j, int s) {
+            if (s == 0) ahead.step();
             return attend_decode_values<V, Q>(vcodes[j] + group_offset, s0 + s, lut);
           });
       }
