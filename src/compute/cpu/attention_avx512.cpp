@@ -137,30 +137,22 @@ void attend_bf16_chunk(const AttendArgs& a, int g0) {
           s[g] = _mm512_dpbf16_ps(s[g], k, (__m512bh)_mm512_set1_epi32(pair));
         }
       }
-      const int nt = n - t * B;
-      const __mmask16 valid = static_cast<__mmask16>(nt >= B ? 0xFFFF : (1u << nt) - 1);
-      for (int g = 0; g < GC; ++g)
-        _mm512_store_ps(sc[g] + t * B, _mm512_mask_blend_ps(valid, _mm512_set1_ps(-3.0e38f), s[g]));
+      for (int g = 0; g < GC; ++g) _mm512_store_ps(sc[g] + t * B, s[g]);
     }
+    // The softmax update; only the probabilities' store (rounded to bf16) differs from attend_softmax_update.
+    float chunk_max[GC], correction[GC], chunk_weight[GC];
+    attend_chunk_maxima<AttendVec512, GC>(sc, n, tiles * B, m, chunk_max, correction, chunk_weight);
     for (int g = 0; g < GC; ++g) {
-      __m512 mx = _mm512_load_ps(sc[g]);
-      for (int t = 1; t < tiles; ++t) mx = _mm512_max_ps(mx, _mm512_load_ps(sc[g] + t * B));
-      const float chunk_max = _mm512_reduce_max_ps(mx);
-      const float new_max = m[g] > chunk_max ? m[g] : chunk_max;
-      const float correction = attend_exp_scalar(m[g] - new_max);
-      const __m512 shift = _mm512_set1_ps(new_max);
+      const __m512 shift = _mm512_set1_ps(m[g]);
       __m512 sum = _mm512_setzero_ps();
       for (int t = 0; t < tiles; ++t) {
         const __m512 e = Vec512::exp(_mm512_sub_ps(_mm512_load_ps(sc[g] + t * B), shift));
         _mm256_store_si256(reinterpret_cast<__m256i*>(pb[g] + t * B), (__m256i)_mm512_cvtneps_pbh(e));
         sum = _mm512_add_ps(sum, e);
       }
-      l[g] = l[g] * correction + _mm512_reduce_add_ps(sum);
-      m[g] = new_max;
-      if (correction != 1.0f)
-        for (int i = 0; i < dv; i += 16)
-          _mm512_storeu_ps(acc[g] + i, _mm512_mul_ps(_mm512_loadu_ps(acc[g] + i), _mm512_set1_ps(correction)));
+      l[g] = l[g] * correction[g] + _mm512_reduce_add_ps(sum);
     }
+    attend_rescale<AttendVec512, GC>(correction, acc, dv);
     const int pairs = (n + 1) / 2;  // a padding key has probability 0
     for (int i = 0; i < dv; i += 16) {
       __m512 o[GC];
