@@ -205,8 +205,7 @@ int attention_key_parts(const AttentionRows& rows, int n_kv_heads, int n_threads
   if (items == 0) return 1;
   const int wanted = (kItemsPerThread * n_threads + items - 1) / items;
   if (wanted <= 1) return 1;
-  int32_t shortest = rows.positions.empty() ? 0 : rows.positions[0] + 1;
-  for (int32_t p : rows.positions) shortest = std::min(shortest, p + 1);
+  const int32_t shortest = *std::min_element(rows.positions.begin(), rows.positions.end()) + 1;
   return std::max(1, std::min(wanted, static_cast<int>(shortest / kMinPartKeys)));
 }
 
