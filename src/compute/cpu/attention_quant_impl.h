@@ -200,14 +200,18 @@ void attend_q8_softmax(float (*p)[kAttendChunk], int n, int padded, const uint16
   for (int group = 0; group < groups; ++group) {
     vec sc[kAttendChunk / W];
     attend_value_scales<V>(vscales, bs, steps, group, sc);
-    float* row = scaled[group];
-    for (int j = 0; j < steps * kAttendTile / W; ++j) V::store(row + j * W, sc[j]);
-    for (int j = n; j < padded; ++j) row[j] = 0.0f;
+    if (n % W != 0) {  // the lanes past n of the last vector with keys
+      alignas(64) float lanes[W];
+      V::store(lanes, sc[n / W]);
+      for (int lane = n % W; lane < W; ++lane) lanes[lane] = 0.0f;
+      sc[n / W] = V::load(lanes);
+    }
+    for (int j = (n + W - 1) / W; j < vecs; ++j) sc[j] = V::zero();
     vec mx = V::zero();
-    for (int j = 0; j < vecs; ++j) mx = V::max(mx, V::load(row + j * W));
+    for (int j = 0; j < vecs; ++j) mx = V::max(mx, sc[j]);
     scale_max[group] = V::reduce_max(mx);
     const vec to_int = V::set1(scale_max[group] > 0.0f ? 32767.0f / scale_max[group] : 0.0f);
-    for (int j = 0; j < vecs; ++j) V::store(row + j * W, V::mul(V::load(row + j * W), to_int));
+    for (int j = 0; j < vecs; ++j) V::store(scaled[group] + j * W, V::mul(sc[j], to_int));
   }
   float chunk_max[GC], correction[GC], chunk_weight[GC];
   attend_chunk_maxima<V, GC>(p, n, padded, m, chunk_max, correction, chunk_weight);
