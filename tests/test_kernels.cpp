@@ -15,6 +15,7 @@
 #include "quant/blocks.h"
 #include "quant/fp8.h"
 #include "quant/quantize.h"
+#include "attention_test_support.h"
 #include "test_support.h"
 
 namespace kestrel {
@@ -579,14 +580,8 @@ TEST(Kernels, PagedAttentionMatchesFullSoftmax) {
     const auto q = random_vector(static_cast<size_t>(n_tok) * n_heads * hd, 23, 0.3f);
     std::vector<float> want(q.size());
     ref::attention(q.data(), kv, rows, want.data(), n_tok, n_heads, 0.125f);
-    for (Isa isa : runnable_isas()) {
-      SCOPED_TRACE(isa_name(isa));
-      std::vector<float> got(q.size());
-      attention_paged_on(isa, pool, q.data(), kv, rows, got.data(), n_tok, n_heads, 0.125f);
-      // BF16 pages (with AVX-512 BF16) also round the probabilities to BF16 for the value products.
-      const float tol = type == KvType::BF16 ? 1e-2f : 2e-5f;
-      for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], tol) << i;
-    }
+    // BF16 pages (with AVX-512 BF16) also round the probabilities to BF16 for the value products.
+    test::expect_attention_on_every_isa(pool, q, kv, rows, n_heads, 0.125f, {{want, type == KvType::BF16 ? 1e-2f : 2e-5f}});
   }
 }
 

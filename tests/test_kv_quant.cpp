@@ -8,6 +8,7 @@
 #include "compute/kv_quant.h"
 #include "compute/kv_rotation.h"
 #include "compute/ref/ref_ops.h"
+#include "attention_test_support.h"
 #include "test_support.h"
 
 namespace kestrel {
@@ -237,13 +238,7 @@ TEST(KvQuant, PagedAttentionMatchesReferenceOnEveryIsa) {
       const auto q_used = t == KvType::Q8_0 ? int8_queries(q, hd, 0.125f) : q;
       ref::attention(q_used.data(), kv, rows, want.data(), n_tok, n_heads, 0.125f);
       ref::attention(q.data(), kv, rows, exact.data(), n_tok, n_heads, 0.125f);
-      for (Isa isa : runnable_isas()) {
-        SCOPED_TRACE(isa_name(isa));
-        std::vector<float> got(want.size());
-        attention_paged_on(isa, pool, q.data(), kv, rows, got.data(), n_tok, n_heads, 0.125f);
-        for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 2e-4f) << i;
-        for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], exact[i], 1e-2f) << i;
-      }
+      test::expect_attention_on_every_isa(pool, q, kv, rows, n_heads, 0.125f, {{want, 2e-4f}, {exact, 1e-2f}});
     }
 }
 
@@ -306,12 +301,7 @@ TEST(KvQuant, LongDecodeSplitsKeysAcrossThreads) {
       const auto q_used = t == KvType::Q8_0 ? int8_queries(q, hd, 0.125f) : q;
       std::vector<float> want(q.size());
       ref::attention(q_used.data(), kv, rows, want.data(), n_tok, n_heads, 0.125f);
-      for (Isa isa : runnable_isas()) {
-        SCOPED_TRACE(isa_name(isa));
-        std::vector<float> got(want.size());
-        attention_paged_on(isa, pool, q.data(), kv, rows, got.data(), n_tok, n_heads, 0.125f);
-        for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], t == KvType::F16 ? 2e-5f : 2e-4f) << i;
-      }
+      test::expect_attention_on_every_isa(pool, q, kv, rows, n_heads, 0.125f, {{want, t == KvType::F16 ? 2e-5f : 2e-4f}});
     }
   }
 }
