@@ -13,6 +13,7 @@
 #include "sample/grammar_matcher.h"
 #include "sample/integer_range_grammar.h"
 #include "sample/json_schema_grammar.h"
+#include "grammar_test_support.h"
 #include "json_schema_validation.h"
 #include "test_support.h"
 
@@ -60,28 +61,6 @@ std::vector<std::string> walk_vocab() {
   return v;
 }
 
-// Draws a text under the constraint: each step a uniformly random allowed token, the end token as soon as
-// it is allowed. Empty if it did not complete within max_steps.
-std::string random_text(const GrammarConstraint& c, const std::vector<std::string>& vocab, std::mt19937& rng, int max_steps) {
-  GrammarState s = c.start();
-  std::string text;
-  std::vector<float> logits(vocab.size());
-  for (int step = 0; step < max_steps; ++step) {
-    std::fill(logits.begin(), logits.end(), 0.0f);
-    c.mask(s, logits.data(), static_cast<int32_t>(vocab.size()));
-    if (logits[0] == 0.0f) return text;  // complete
-    std::vector<int32_t> allowed;
-    for (size_t t = 1; t < vocab.size(); ++t)
-      if (logits[t] == 0.0f) allowed.push_back(static_cast<int32_t>(t));
-    if (allowed.empty()) return {};
-    const int32_t t = allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(rng)];
-    text += vocab[static_cast<size_t>(t)];
-    s = c.advance(s, t);
-    if (c.complete(s) && !grammar_can_continue(s)) return text;
-  }
-  return {};
-}
-
 TEST(JsonSchemaGrammar, RandomTextsUnderTheGrammarValidate) {
   std::string out;
   if (test::run_command("python3 -c 'import jsonschema' 2>&1", out) != 0)
@@ -99,10 +78,10 @@ TEST(JsonSchemaGrammar, RandomTextsUnderTheGrammarValidate) {
     GrammarConstraint c(std::move(g).value(), trie, {0});
     json samples = json::array();
     for (int i = 0; i < 20; ++i) {
-      const std::string sample = random_text(c, vocab, rng, 4000);
-      ASSERT_FALSE(sample.empty()) << "no complete text within 4000 tokens under " << text;
-      const json parsed = json::parse(sample, nullptr, false);
-      ASSERT_FALSE(parsed.is_discarded()) << sample;
+      const std::optional<std::string> sample = test::random_grammar_text(c, vocab, rng, 4000);
+      ASSERT_TRUE(sample.has_value()) << "no complete text within 4000 tokens under " << text;
+      const json parsed = json::parse(*sample, nullptr, false);
+      ASSERT_FALSE(parsed.is_discarded()) << *sample;
       samples.push_back(parsed);
     }
     cases.push_back({{"schema", schema}, {"samples", samples}});

@@ -10,6 +10,7 @@
 #include "sample/grammar_constraint.h"
 #include "sample/grammar_matcher.h"
 #include "server/tool_calls.h"
+#include "grammar_test_support.h"
 #include "test_support.h"
 #include "tokenizer/chat_template.h"
 
@@ -101,20 +102,9 @@ TEST(ToolCalls, AForcedCallsGrammarAdmitsOnlyValidCalls) {
       ASSERT_TRUE(g.ok()) << g.error() << "\n" << gbnf.value();
       GrammarConstraint c(std::move(g).value(), trie, {0});
       for (int sample = 0; sample < 10; ++sample) {
-        GrammarState s = c.start();
-        std::string text;
-        for (int step = 0; step < 3000 && !(c.complete(s) && !grammar_can_continue(s)); ++step) {
-          std::vector<float> logits(vocab.size(), 0.0f);
-          c.mask(s, logits.data(), static_cast<int32_t>(vocab.size()));
-          std::vector<int32_t> allowed;
-          for (size_t t = 1; t < vocab.size(); ++t)
-            if (logits[t] == 0.0f) allowed.push_back(static_cast<int32_t>(t));
-          ASSERT_FALSE(allowed.empty()) << text;
-          const int32_t t = allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(rng)];
-          text += vocab[static_cast<size_t>(t)];
-          s = c.advance(s, t);
-        }
-        ASSERT_TRUE(c.complete(s)) << text;
+        const std::optional<std::string> drawn = test::random_grammar_text(c, vocab, rng, 3000);
+        ASSERT_TRUE(drawn.has_value()) << tool_call_format_name(format) << ": no complete call within 3000 tokens";
+        const std::string& text = *drawn;
         const ParsedReply r = parse_tool_calls(format, text, kTools, 9);
         ASSERT_EQ(r.calls.size(), 1u) << tool_call_format_name(format) << ": " << text;
         if (!only.empty()) {
