@@ -1,5 +1,6 @@
 // kestrel embed: sentence embeddings of texts (one per -p, or one per line of -f), pooled as the model's
 // metadata says (or --pooling) and L2-normalised; printed one vector per line, or as OpenAI's JSON.
+#include <chrono>
 #include <cstdio>
 #include <sstream>
 
@@ -54,13 +55,16 @@ int run_embed(const EmbedArgs& a) {
   for (const auto& in : inputs) config.max_input_tokens = std::max(config.max_input_tokens, static_cast<int32_t>(in.size()));
   ThreadPool pool(a.threads);
   Embedder embedder(*model, pool, config);
+  const auto start = std::chrono::steady_clock::now();
   auto vectors = embedder.embed(inputs);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!vectors.ok()) {
     std::fprintf(stderr, "error: %s\n", vectors.error().c_str());
     return 1;
   }
-  std::fprintf(stderr, "kestrel embed: %zu inputs, %lld tokens, %s pooling, %d dimensions\n", inputs.size(),
-               static_cast<long long>(n_tokens), pooling_name(config.pooling), embedder.n_embd());
+  std::fprintf(stderr, "kestrel embed: %zu inputs, %lld tokens, %s pooling, %d dimensions; %.3f s, %.1f tokens/s\n",
+               inputs.size(), static_cast<long long>(n_tokens), pooling_name(config.pooling), embedder.n_embd(), seconds,
+               static_cast<double>(n_tokens) / seconds);
   if (a.format == "json") {
     std::printf("%s\n", embedding_response(*vectors, false, a.model, n_tokens).dump().c_str());
     return 0;
