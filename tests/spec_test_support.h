@@ -5,11 +5,14 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <regex>
 #include <string>
 #include <vector>
 
 #include "model/model.h"
 #include "model/model_maker.h"
+#include "sample/grammar.h"
+#include "sample/grammar_constraint.h"
 #include "test_support.h"
 
 namespace kestrel::test {
@@ -91,6 +94,37 @@ struct Pair {
     EXPECT_TRUE(m.ok()) << m.error();
     std::filesystem::remove(path);
     return m.ok() ? std::move(m).value() : nullptr;
+  }
+};
+
+// A grammar over a synthetic vocabulary of the pair's 300 tokens (token 0 is the end, the others one or two
+// characters of "{},abcde0123456789xyz"): a braced list of 1-6 short items. Most tokens are never allowed,
+// so drafts are rejected for the grammar's sake as well as the target's.
+struct PairGrammar {
+  std::vector<std::string> pieces;  // [300]
+  std::shared_ptr<const GrammarConstraint> constraint;
+  PairGrammar() {
+    const std::string alphabet = "{},abcde0123456789xyz";
+    pieces.emplace_back();
+    for (size_t t = 1; t < 300; ++t) {
+      std::string piece(1, alphabet[t % alphabet.size()]);
+      if (t >= 100) piece += alphabet[(t / alphabet.size()) % alphabet.size()];
+      pieces.push_back(piece);
+    }
+    auto g = parse_grammar("root ::= \"{\" item (\",\" item){0,5} \"}\"\nitem ::= [a-e] [a-e0-9]{0,3}\n");
+    EXPECT_TRUE(g.ok()) << g.error();
+    if (g.ok())
+      constraint = std::make_shared<GrammarConstraint>(std::move(g).value(), std::make_shared<TokenTrie>(pieces),
+                                                       std::vector<int32_t>{0});
+  }
+  // The text of generated tokens (the end token spells nothing).
+  std::string text(const std::vector<int32_t>& tokens) const {
+    std::string out;
+    for (int32_t t : tokens) out += pieces.at(static_cast<size_t>(t));
+    return out;
+  }
+  static bool matches(const std::string& text) {
+    return std::regex_match(text, std::regex("\\{[a-e][a-e0-9]{0,3}(,[a-e][a-e0-9]{0,3}){0,5}\\}"));
   }
 };
 

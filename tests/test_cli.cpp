@@ -88,7 +88,8 @@ TEST(Cli, MakeModelInfoTokenizeGenerateLogits) {
 }
 
 // generate --grammar / --grammar-file on a random model with a real 32k vocabulary (make-model
-// --vocab-from): the text after the prompt follows the grammar; a bad grammar is an error naming the line.
+// --vocab-from): the text after the prompt follows the grammar, with speculative decoding too; a bad grammar
+// is an error naming the line.
 TEST(Cli, GenerateFollowsAGrammar) {
   const std::string shared = test::shared_dir();
   if (shared.empty()) GTEST_SKIP() << "../shared not found (set KESTREL_SHARED); skipping";
@@ -110,6 +111,12 @@ TEST(Cli, GenerateFollowsAGrammar) {
     const std::string text = out.substr(5, out.size() - 6);  // without the prompt and the final newline
     EXPECT_TRUE(std::regex_match(text, std::regex(R"(\[([a-z]{1,6}|[0-9]{1,3})(, ([a-z]{1,6}|[0-9]{1,3})){2}\])"))) << text;
   }
+  // With n-gram speculation, greedy: the same text as without.
+  std::string plain;
+  const std::string greedy = "generate -m " + model + " -p 'List: [a, b, a, b' -n 60 --temp 0 --grammar-file " + grammar + " -t 1";
+  ASSERT_EQ(test::run_command(kestrel_cmd(greedy + " 2>/dev/null"), plain), 0);
+  ASSERT_EQ(test::run_command(kestrel_cmd(greedy + " --spec-ngram 2 --draft-max 4 2>/dev/null"), out), 0);
+  EXPECT_EQ(out, plain);
   EXPECT_NE(test::run_command(kestrel_cmd("generate -m " + model + " -p x --grammar 'root ::= (\"a\"' 2>&1"), out), 0);
   EXPECT_NE(test::run_command(kestrel_cmd("generate -m " + model + " -p x --grammar 'root ::= \"a\"\nroot ::= b' 2>&1"), out), 0);
   EXPECT_NE(out.find("grammar: line 2"), std::string::npos) << out;

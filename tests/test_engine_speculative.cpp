@@ -161,6 +161,34 @@ TEST_F(EngineSpeculative, PreemptionChunkedPrefillPrefixCacheAndChoicesKeepTheOu
   }
 }
 
+// Requests under a grammar draft too: their drafts follow the grammar (draft model) or are rejected where
+// it does not allow them (n-gram), and the output is the plain engine's.
+TEST_F(EngineSpeculative, GreedyOutputUnderAGrammarIsThePlainEngines) {
+  const test::PairGrammar grammar;
+  ASSERT_TRUE(grammar.constraint);
+  std::vector<Request> requests;
+  for (const auto& p : random_prompts(24)) {
+    Request r = make_request(p, 60);
+    r.sampling.grammar = grammar.constraint;
+    r.stop_tokens = {0};
+    requests.push_back(r);
+  }
+  const auto expected = plain(requests);
+  for (const auto& choices : expected) EXPECT_TRUE(test::PairGrammar::matches(grammar.text(choices[0]))) << grammar.text(choices[0]);
+  for (const Model* draft : {static_cast<const Model*>(pair_.draft.get()), static_cast<const Model*>(nullptr)}) {
+    SCOPED_TRACE(draft ? "draft model" : "n-gram");
+    EngineConfig config = engine_config(512, 16, 16);
+    config.spec.draft_max = 4;
+    config.spec.ngram = draft ? 0 : 2;
+    Engine engine(*pair_.target, pool_, config, draft);
+    const auto got = run(engine, requests, 8);
+    for (size_t i = 0; i < requests.size(); ++i) ASSERT_EQ(got[i], expected[i]) << "prompt " << i;
+    EXPECT_GT(engine.stats().spec.drafted, 0);
+    EXPECT_GT(engine.stats().spec.accepted, 0);
+    EXPECT_EQ(engine.stats().kv_blocks_used, 0);
+  }
+}
+
 TEST_F(EngineSpeculative, SpeculationStopsPastMaxBatch) {
   std::vector<Request> requests;
   for (const auto& p : random_prompts(8)) requests.push_back(make_request(p, 24));

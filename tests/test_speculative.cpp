@@ -195,6 +195,75 @@ TEST(Speculative, SampledTokensFollowTheTargetsDistribution) {
   EXPECT_GT(accepted, 0);
 }
 
+// Under a grammar, row i of a verification is masked by the grammar's state after the drafts before it:
+// greedy output is the plain generator's token for token, with drafts the grammar does not allow rejected,
+// and sampled tokens keep the plain generator's distribution.
+TEST(Speculative, UnderAGrammarOutputIsThePlainGenerators) {
+  const Pair pair;
+  const test::PairGrammar grammar;
+  ASSERT_TRUE(pair.target && pair.draft && pair.poor_draft && grammar.constraint);
+  ThreadPool pool(2);
+  GeneratorConfig config;
+  config.n_ctx = 128;
+  Generator plain(*pair.target, pool, config);
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  greedy.grammar = grammar.constraint;
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int32_t> token(3, 299);
+  struct Setup {
+    const Model* draft;
+    SpeculativeConfig spec;
+  };
+  for (const Setup& s : {Setup{pair.draft.get(), {.draft_max = 4}}, Setup{pair.poor_draft.get(), {.draft_max = 4}},
+                         Setup{nullptr, {.draft_max = 4, .ngram = 2}}}) {
+    auto spec = SpeculativeGenerator::create(*pair.target, s.draft, pool, config, s.spec);
+    ASSERT_TRUE(spec.ok()) << spec.error();
+    int64_t drafted = 0, accepted = 0;
+    for (int prompt_i = 0; prompt_i < 20; ++prompt_i) {
+      std::vector<int32_t> prompt(static_cast<size_t>(4 + prompt_i % 7));
+      for (auto& t : prompt) t = token(rng);
+      Sampler a(greedy), b(greedy);
+      const std::vector<int32_t> got = run_spec(**spec, prompt, 60, a);
+      ASSERT_EQ(got, run_plain(plain, prompt, 60, b)) << "prompt " << prompt_i;
+      EXPECT_TRUE(test::PairGrammar::matches(grammar.text(got))) << grammar.text(got);
+      EXPECT_TRUE(a.grammar_finished());
+      drafted += (*spec)->stats().drafted;
+      accepted += (*spec)->stats().accepted;
+    }
+    EXPECT_GT(drafted, 0);
+    EXPECT_GT(accepted, 0);
+  }
+  // Sampling, with a poor drafter: tokens 2..4 are drafted and verified.
+  auto spec = SpeculativeGenerator::create(*pair.target, pair.poor_draft.get(), pool, config, {.draft_max = 3});
+  ASSERT_TRUE(spec.ok());
+  SamplingParams params;
+  params.temperature = 1.0f;
+  params.top_k = 0;
+  params.top_p = 1;
+  params.min_p = 0;
+  params.grammar = grammar.constraint;
+  const std::vector<int32_t> prompt{1, 50, 60, 70};
+  // [position][token] counts; -1: the text was complete before that position.
+  std::vector<std::map<int32_t, int>> with_spec(3), without(3);
+  const auto at = [](const std::vector<int32_t>& tokens, size_t i) { return i < tokens.size() ? tokens[i] : -1; };
+  int64_t drafted = 0, accepted = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    params.seed = static_cast<uint64_t>(trial);
+    Sampler a(params);
+    const std::vector<int32_t> sp = run_spec(**spec, prompt, 4, a);
+    drafted += (*spec)->stats().drafted;
+    accepted += (*spec)->stats().accepted;
+    params.seed += 1u << 20;
+    Sampler b(params);
+    const std::vector<int32_t> p = run_plain(plain, prompt, 4, b);
+    for (size_t i = 0; i < 3; ++i) ++with_spec[i][at(sp, i + 1)], ++without[i][at(p, i + 1)];
+  }
+  for (size_t i = 0; i < 3; ++i) EXPECT_GT(same_distribution_p_value(with_spec[i], without[i]), 0.001) << "token " << i + 2;
+  EXPECT_GT(drafted - accepted, 2000);  // rejections happened
+  EXPECT_GT(accepted, 0);
+}
+
 TEST(Speculative, RefusesADraftWithAnotherVocabulary) {
   const Pair pair;
   MakeModelOptions o;

@@ -64,10 +64,6 @@ int run_generate(GenerateArgs& a) {
     }
     a.grammar = std::move(grammar).value();
   }
-  if (!a.grammar.empty() && (!a.draft_model.empty() || a.spec.ngram > 0)) {
-    std::fprintf(stderr, "error: a grammar does not run with speculative decoding (-md, --spec-ngram) yet\n");
-    return 1;
-  }
   if (auto st = a.sampling.validate(); !st.ok()) {
     std::fprintf(stderr, "error: %s\n", st.error().c_str());
     return 1;

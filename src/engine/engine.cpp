@@ -194,7 +194,7 @@ int32_t Engine::propose_drafts(bool& prompt_catch_up) {
     const Sequence& seq = *scheduler_.find(id);
     Choice& choice = choices_.at(id);
     choice.draft_dists.clear();
-    if (choice.forks_pending || choice.request->sampling.grammar) continue;  // grammars: one token at a time
+    if (choice.forks_pending) continue;
     // No drafts past the request's length or the context: position n_tokens - 1 + K must fit.
     const int32_t k = std::min({config_.spec.adaptive ? choice.draft_length.next() : config_.spec.draft_max,
                                 choice.request->max_tokens - seq.n_generated() - 1, max_seq_len_ - seq.n_tokens()});
@@ -210,6 +210,7 @@ int32_t Engine::propose_drafts(bool& prompt_catch_up) {
     job.tokens = seq.tokens;
     job.k = k;
     job.sampler = &choice.draft_sampler;
+    job.grammar = choice.sampler.grammar_state();
   }
   if (jobs.empty()) return n_decoding;
   // Past the first drafts a job catches up with one or two tokens (the last kept draft, the target's own).
@@ -225,10 +226,7 @@ int32_t Engine::propose_drafts(bool& prompt_catch_up) {
 std::vector<int32_t> Engine::next_tokens(Choice& choice, const Sequence& seq, const ScheduledChunk& c, float* rows) {
   const int32_t n_vocab = model_.hparams().n_vocab;
   const int32_t n_drafts = c.n_logits - 1;
-  if (n_drafts == 0) {
-    const int32_t token = choice.sampler.sample(rows, n_vocab, seq.tokens);
-    return token < 0 ? std::vector<int32_t>() : std::vector<int32_t>{token};  // -1: the grammar allows nothing
-  }
+  if (n_drafts == 0) return {choice.sampler.sample(rows, n_vocab, seq.tokens)};
   const std::span<const int32_t> drafts(c.tokens.data() + 1, static_cast<size_t>(n_drafts));
   const std::span<const TokenDistribution> dists = drafter_ ? std::span<const TokenDistribution>(choice.draft_dists)
                                                             : std::span<const TokenDistribution>();
@@ -278,11 +276,11 @@ void Engine::emit(const ScheduledChunk& c, const float* rows, std::vector<StepOu
     // Accepted drafts join the sequence (their KV is kept); then its tokens are emitted up to a stop
     // token (not emitted), the length limit, or the end of the request's grammar.
     const int32_t n_generated = seq.n_generated(), n_tokens = seq.n_tokens();
-    if (tokens.empty()) out.finish = FinishReason::Stop;  // a grammar that no token can continue
-    else scheduler_.accept_drafts(seq_id, static_cast<int32_t>(tokens.size()) - 1);
+    scheduler_.accept_drafts(seq_id, static_cast<int32_t>(tokens.size()) - 1);
     for (size_t i = 0; i < tokens.size() && out.finish == FinishReason::None; ++i) {
       const auto& stops = choice.request->stop_tokens;
-      if (std::find(stops.begin(), stops.end(), tokens[i]) != stops.end()) {
+      // -1: a grammar that no token can continue.
+      if (tokens[i] < 0 || std::find(stops.begin(), stops.end(), tokens[i]) != stops.end()) {
         out.finish = FinishReason::Stop;
         break;
       }

@@ -166,8 +166,9 @@ class Engine {
   // prompt_catch_up: set when the draft model caught up with a new sequence's prompt (a one-time cost
   // that does not belong to this step's cost per token).
   int32_t propose_drafts(bool& prompt_catch_up);
-  // The tokens a sampling chunk yields: one sampled, or the verified drafts and the target's next token.
-  // rows: [n_logits, n_vocab] the chunk's logits (modified in place).
+  // The tokens a sampling chunk yields: one sampled, or the verified drafts and the target's next token;
+  // the last is -1 where the request's grammar allows no token. rows: [n_logits, n_vocab] the chunk's
+  // logits (modified in place).
   std::vector<int32_t> next_tokens(Choice& choice, const Sequence& seq, const ScheduledChunk& c, float* rows);
   // logits: [n_vocab] raw, read only when the request asks for logprobs.
   GeneratedToken with_logprobs(const Choice& choice, int32_t token, const float* logits) const;

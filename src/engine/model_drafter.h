@@ -26,6 +26,8 @@ struct DraftJob {
   std::span<const int32_t> tokens;        // the sequence so far (the target has not computed its last token)
   int32_t k = 0;                          // drafts wanted
   Sampler* sampler = nullptr;             // draws the drafts; its distributions are kept for verification
+  GrammarState grammar;                   // under the sampler's grammar: the state after `tokens` (drafts
+                                          // follow it; drafting stops where it allows no token)
   std::vector<int32_t> drafts;            // out: [<= k]
   std::vector<TokenDistribution> dists;   // out: [drafts.size()] the distribution each draft was drawn from
 };

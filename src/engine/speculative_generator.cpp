@@ -38,8 +38,8 @@ void SpeculativeGenerator::reset() {
   target_forwards_ = 0;
 }
 
-Result<std::vector<int32_t>> SpeculativeGenerator::propose(const std::vector<int32_t>& history, int32_t k,
-                                                           std::vector<TokenDistribution>& dists) {
+Result<std::vector<int32_t>> SpeculativeGenerator::propose(const std::vector<int32_t>& history, GrammarState grammar,
+                                                           int32_t k, std::vector<TokenDistribution>& dists) {
   if (!draft_) return ngram_draft(history, spec_.ngram, k);
   // The draft catches up with the sequence (tokens it kept and the pending one), then drafts k tokens,
   // evaluating each but the last.
@@ -49,8 +49,11 @@ Result<std::vector<int32_t>> SpeculativeGenerator::propose(const std::vector<int
   std::vector<float> row = std::move(logits).value();  // [n_vocab]
   std::vector<int32_t> drafts, seen = history;
   for (int32_t i = 0; i < k; ++i) {
-    dists.push_back(draft_sampler_->distribution(row.data(), n_vocab_, seen));
-    drafts.push_back(draft_sampler_->draw(dists.back()));
+    TokenDistribution d = draft_sampler_->distribution(row.data(), n_vocab_, seen, grammar);
+    if (d.ids.empty()) break;  // the grammar allows no token
+    drafts.push_back(draft_sampler_->draw(d));
+    dists.push_back(std::move(d));
+    grammar = draft_sampler_->grammar_after(grammar, drafts.back());
     seen.push_back(drafts.back());
     if (i + 1 == k) break;
     const int32_t next[1] = {drafts.back()};
@@ -81,12 +84,14 @@ Result<GenerationStats> SpeculativeGenerator::generate(const std::vector<int32_t
   timer.reset();
 
   std::vector<int32_t> history = prompt;  // the sequence; the target's KV holds all but its last token
-  // Emits a token; false when generation ends (an end token, which is not emitted, the caller, or n_predict).
+  // Emits a token; false when generation ends (an end token, which is not emitted, -1 where the grammar
+  // allows no token, the caller, n_predict, or the end of the grammar).
   const auto emit = [&](int32_t token) {
-    if (std::find(end_tokens.begin(), end_tokens.end(), token) != end_tokens.end()) return false;
+    if (token < 0 || std::find(end_tokens.begin(), end_tokens.end(), token) != end_tokens.end()) return false;
     ++stats.n_generated;
     history.push_back(token);
-    return on_token(token) && stats.n_generated < n_predict;
+    sampler.accept(token);
+    return on_token(token) && stats.n_generated < n_predict && !sampler.grammar_finished();
   };
   bool go = emit(sampler.sample(logits.value().data(), n_vocab_, history));
   AdaptiveDraftLength draft_length(spec_.draft_min, spec_.draft_max);
@@ -96,7 +101,7 @@ Result<GenerationStats> SpeculativeGenerator::generate(const std::vector<int32_t
     std::vector<TokenDistribution> dists;  // [K] the draft model's, empty for n-gram drafts
     std::vector<int32_t> drafts;           // [K]
     if (k > 0) {
-      auto proposed = propose(history, k, dists);
+      auto proposed = propose(history, sampler.grammar_state(), k, dists);
       if (!proposed.ok()) return Error{proposed.error()};
       drafts = std::move(proposed).value();
       if (static_cast<int32_t>(drafts.size()) < spec_.draft_min) drafts.clear(), dists.clear();

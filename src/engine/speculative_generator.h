@@ -40,8 +40,10 @@ class SpeculativeGenerator {
   SpeculativeGenerator(const Model& target, const Model* draft, ThreadPool& pool, const GeneratorConfig& config,
                        const SpeculativeConfig& spec);
   // Up to k drafts continuing history (whose last token the target has not computed yet); dists gets the
-  // draft model's distribution at each (n-gram: left empty).
-  Result<std::vector<int32_t>> propose(const std::vector<int32_t>& history, int32_t k, std::vector<TokenDistribution>& dists);
+  // draft model's distribution at each (n-gram: left empty). Under a grammar the draft model's drafts
+  // follow it from `grammar` (the state after history) and stop where it allows no token.
+  Result<std::vector<int32_t>> propose(const std::vector<int32_t>& history, GrammarState grammar, int32_t k,
+                                       std::vector<TokenDistribution>& dists);
 
   SpeculativeConfig spec_;
   int32_t n_vocab_;

@@ -34,8 +34,10 @@ Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.se
   if (params_.grammar) grammar_state_ = params_.grammar->start();
 }
 
-void Sampler::accept(int32_t token) {
-  if (params_.grammar) grammar_state_ = params_.grammar->advance(grammar_state_, token);
+void Sampler::accept(int32_t token) { grammar_state_ = grammar_after(grammar_state_, token); }
+
+GrammarState Sampler::grammar_after(const GrammarState& state, int32_t token) const {
+  return params_.grammar ? params_.grammar->advance(state, token) : state;
 }
 
 bool Sampler::grammar_finished() const {
@@ -54,11 +56,16 @@ int32_t Sampler::sample(float* logits, int32_t n_vocab, const std::vector<int32_
 }
 
 TokenDistribution Sampler::distribution(float* logits, int32_t n_vocab, const std::vector<int32_t>& history) const {
+  return distribution(logits, n_vocab, history, grammar_state_);
+}
+
+TokenDistribution Sampler::distribution(float* logits, int32_t n_vocab, const std::vector<int32_t>& history,
+                                        const GrammarState& grammar_state) const {
   const SamplingParams& p = params_;
   TokenDistribution d;
   // 0. The grammar's mask, then logit bias.
   if (p.grammar) {
-    p.grammar->mask(grammar_state_, logits, n_vocab);
+    p.grammar->mask(grammar_state, logits, n_vocab);
     if (*std::max_element(logits, logits + n_vocab) == -std::numeric_limits<float>::infinity()) return d;  // blocked
   }
   for (const auto& [token, bias] : p.logit_bias)

@@ -59,6 +59,10 @@ class Sampler {
   int32_t sample(float* logits, int32_t n_vocab, const std::vector<int32_t>& history);
   // The distribution sample() draws from (logits modified in place, as there), without drawing.
   TokenDistribution distribution(float* logits, int32_t n_vocab, const std::vector<int32_t>& history) const;
+  // The same under an explicit grammar state: a text ahead of this sampler's (speculative drafts, before
+  // they are verified). Empty when the grammar allows no token there.
+  TokenDistribution distribution(float* logits, int32_t n_vocab, const std::vector<int32_t>& history,
+                                 const GrammarState& grammar_state) const;
   // A draw from d with this sampler's RNG (sample() == draw(distribution()), the same RNG use).
   int32_t draw(const TokenDistribution& d);
   // A uniform number in [0, 1) from this sampler's RNG (speculative acceptance tests).
@@ -66,6 +70,10 @@ class Sampler {
   bool greedy() const { return params_.temperature <= 0; }
   // A token joined the text (drawn here or verified elsewhere): advances the grammar, if any.
   void accept(int32_t token);
+  // The grammar state of the accepted text, and the state after `token` follows `state` (with no grammar,
+  // both are empty states that distribution() ignores).
+  const GrammarState& grammar_state() const { return grammar_state_; }
+  GrammarState grammar_after(const GrammarState& state, int32_t token) const;
   // Under a grammar: the text is complete and nothing more can follow, so the choice ends here.
   bool grammar_finished() const;
   const SamplingParams& params() const { return params_; }

@@ -26,8 +26,10 @@ Verification verify_drafts(std::span<const int32_t> drafts, std::span<const Toke
                            float* target_logits, int32_t n_vocab, std::vector<int32_t> history, Sampler& sampler) {
   assert(draft_dists.empty() || draft_dists.size() == drafts.size());
   const size_t row = static_cast<size_t>(n_vocab);
+  GrammarState grammar = sampler.grammar_state();  // after the accepted text and the drafts kept so far
   for (size_t i = 0; i < drafts.size(); ++i) {
-    const TokenDistribution p = sampler.distribution(target_logits + i * row, n_vocab, history);
+    const TokenDistribution p = sampler.distribution(target_logits + i * row, n_vocab, history, grammar);
+    if (p.ids.empty()) return {static_cast<int32_t>(i), -1};
     const int32_t x = drafts[i];
     const TokenDistribution* q = draft_dists.empty() ? nullptr : &draft_dists[i];
     bool keep;
@@ -44,9 +46,10 @@ Verification verify_drafts(std::span<const int32_t> drafts, std::span<const Toke
       return {static_cast<int32_t>(i), sampler.draw(r.ids.empty() ? p : r)};
     }
     history.push_back(x);
+    grammar = sampler.grammar_after(grammar, x);
   }
-  const TokenDistribution bonus = sampler.distribution(target_logits + drafts.size() * row, n_vocab, history);
-  return {static_cast<int32_t>(drafts.size()), sampler.draw(bonus)};
+  const TokenDistribution bonus = sampler.distribution(target_logits + drafts.size() * row, n_vocab, history, grammar);
+  return {static_cast<int32_t>(drafts.size()), bonus.ids.empty() ? -1 : sampler.draw(bonus)};
 }
 
 }  // namespace kestrel

@@ -20,12 +20,15 @@ namespace kestrel {
 
 struct Verification {
   int32_t n_accepted = 0;  // drafts [0, n_accepted) are kept
-  int32_t next = 0;        // then this token: the correction at the first rejection, or the bonus token
+  int32_t next = 0;        // then this token: the correction at the first rejection, or the bonus token;
+                           // -1 where the sampler's grammar allows no token (the text ends there)
 };
 
 // drafts: [K]; draft_dists: [K] the drafter's distribution at each draft, or empty for a deterministic
 // drafter; target_logits: [K + 1, n_vocab], row i predicting the token after drafts[0, i) (modified in
-// place); history: the tokens before drafts[0] (for penalties). Draws use the sampler's RNG.
+// place); history: the tokens before drafts[0] (for penalties). Draws use the sampler's RNG. Under a
+// grammar, row i is masked by the grammar's state after the sampler's accepted text and drafts[0, i), so a
+// draft the grammar does not allow is rejected like any token the target would not choose.
 Verification verify_drafts(std::span<const int32_t> drafts, std::span<const TokenDistribution> draft_dists,
                            float* target_logits, int32_t n_vocab, std::vector<int32_t> history, Sampler& sampler);
 
