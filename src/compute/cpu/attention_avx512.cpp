@@ -107,6 +107,11 @@ void attend_bf16_chunk(const AttendArgs& a, int g0) {
   const auto* kbase = static_cast<const uint16_t*>(a.k);
   const auto* vbase = static_cast<const uint16_t*>(a.v);
   const uint16_t* vpair[CK / 2];  // [chunk key pairs] each pair's V row: [dv][2]
+  // Stepped once per pair of dimensions of the scores: d / 2 steps per tile of B keys; a burst while the
+  // first tile is scored, as attend_chunk does.
+  const size_t key_bytes = sizeof(uint16_t) * (d + a.v_stride);
+  const int rate = attend_stream_rate(key_bytes, B, d / 2), burst = attend_stream_rate(key_bytes, kAttendPrefetchKeys, d / 2);
+  PageStreamPrefetch ahead(a, sizeof(uint16_t) * bs * d, sizeof(uint16_t) * bs * a.v_stride, kAttendPrefetchKeys, burst);
   for (int chunk = 0; chunk < a.n_keys; chunk += CK) {
     const int n = a.n_keys - chunk < CK ? a.n_keys - chunk : CK;
     const int tiles = (n + B - 1) / B;
@@ -125,8 +130,8 @@ void attend_bf16_chunk(const AttendArgs& a, int g0) {
         const uint16_t* v0 = vbase + page * bs * dv + ((pos % bs) / 2) * dv * 2;  // key-pair rows [bs / 2][dv][2]
         for (int r = 0; r < page_keys / 2; ++r) vpair[(t * B + j) / 2 + r] = v0 + static_cast<size_t>(r) * dv * 2;
       }
-      AheadPrefetch ahead(a, sizeof(uint16_t) * bs * d, sizeof(uint16_t) * bs * a.v_stride, start + kAttendPrefetchTiles * B, B,
-                          page_keys, d / 2);
+      ahead.advance_to(start);
+      if (start == B) ahead.set_rate(rate);
       __m512 s[GC];
       for (int g = 0; g < GC; ++g) s[g] = _mm512_setzero_ps();
       for (int i = 0; i < d / 2; ++i) {

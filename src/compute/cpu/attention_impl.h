@@ -35,7 +35,7 @@ struct AttendArgs {
 };
 constexpr int kAttendTile = 16;    // page sizes must be a multiple of this (or 4 or 8); tiles are too
 constexpr int kAttendChunk = 128;  // keys per softmax update (a multiple of kAttendTile)
-constexpr int kAttendPrefetchTiles = 4;  // how far ahead pages are prefetched
+constexpr int kAttendPrefetchKeys = 128;  // how far ahead of the kernel pages are prefetched (PageStreamPrefetch)
 constexpr int kAttendMaxDim = 256;  // largest head width it handles (a multiple of 16)
 // Page sizes the kernels handle.
 inline bool attend_page_size_ok(int block_size) {
@@ -70,55 +70,12 @@ typename V::type attend_load_keys(const T* const* parts, size_t row) {
   else return V::load4(parts[0] + row, parts[1] + row, parts[2] + row, parts[3] + row);
 }
 
-// Pages lie anywhere in memory, so hardware prefetchers lose the stream at each page. While a tile is
-// scored, this fetches the K and V pages that start in a tile further on, a few lines per step of the
-// scoring loop: a burst of a hundred prefetches would stall the loads the scores wait for, and pages
-// fetched all at once between tiles arrive with the compute stopped.
-class AheadPrefetch {
- public:
-  // Keys [first, first + tile_keys) of a's sequence, in 16-key (or page-size) steps of step_keys; spread
-  // over `steps` calls to step().
-  // k_page_bytes / v_page_bytes: bytes of one K / V page.
-  AheadPrefetch(const AttendArgs& a, size_t k_page_bytes, size_t v_page_bytes, int first, int tile_keys, int step_keys,
-                int steps) {
-    const int bs = a.block_size;
-    for (int j = 0; j < tile_keys; j += step_keys) {
-      const int key = first + j;
-      if (key >= a.n_keys || key % bs != 0) continue;
-      const size_t page = static_cast<size_t>(a.kv_head) * a.n_blocks + a.table[key / bs];
-      regions_[n_regions_++] = static_cast<const char*>(a.k) + page * k_page_bytes;
-      regions_[n_regions_++] = static_cast<const char*>(a.v) + page * v_page_bytes;
-    }
-    region_lines_ = static_cast<int>(((k_page_bytes > v_page_bytes ? k_page_bytes : v_page_bytes) + 63) / 64);
-    lines_per_step_ = (n_regions_ * region_lines_ + steps - 1) / steps;
-  }
-
-  // The next lines_per_step_ lines: a straight run of prefetches per region touched.
-  void step() {
-    int todo = lines_per_step_;
-    while (todo > 0 && region_ < n_regions_) {
-      const int run = todo < region_lines_ - line_ ? todo : region_lines_ - line_;
-      const char* first = regions_[region_] + 64 * line_;
-      for (int i = 0; i < run; ++i) prefetch_line(first + 64 * i);
-      todo -= run;
-      line_ += run;
-      if (line_ == region_lines_) line_ = 0, ++region_;
-    }
-  }
-
- private:
-  static constexpr int kMaxRegions = 2 * (kAttendChunk / 4);  // K and V of each page in a tile (pages >= 4 keys)
-  const char* regions_[kMaxRegions];
-  int n_regions_ = 0, region_lines_ = 0;
-  int lines_per_step_ = 0;  // lines per step, rounded up (the last steps may find none left)
-  int region_ = 0, line_ = 0;  // the next line to fetch
-};
-
-// The quantized kernels' prefetcher (attention_quant_impl.h): the K and V pages of a's sequence in key
-// order, a page's K lines then its V lines, up to ahead_keys keys past where the kernel is (advance_to) and
-// at most per_step lines per step(). Steps in both streaming loops (scores and values) keep memory busy
-// through all of a chunk; quantized scores take too few steps for AheadPrefetch alone (q8_0 decode at 4096
-// keys took 10% longer with it). For float pages the same stream was slower than AheadPrefetch.
+// Pages lie anywhere in memory, so hardware prefetchers lose the stream at each page: the kernels prefetch
+// the K and V pages of a's sequence themselves, in key order (a page's K lines then its V lines), up to
+// ahead_keys keys past where the kernel is (advance_to) and at most per_step lines per step() of its
+// streaming loops. A few lines per step keep memory busy without stalling the loads the kernel waits for
+// (a burst of a hundred prefetches would); per_step a little above the kernel's own rate lets the stream
+// catch up after a stall (attend_stream_rate).
 class PageStreamPrefetch {
  public:
   PageStreamPrefetch(const AttendArgs& a, size_t k_page_bytes, size_t v_page_bytes, int ahead_keys, int per_step)
@@ -133,6 +90,9 @@ class PageStreamPrefetch {
     const int last = (key + ahead_keys_ + a_.block_size - 1) / a_.block_size;
     due_ = last < n_pages_ ? last : n_pages_;
   }
+
+  // Lines per step from here on.
+  void set_rate(int per_step) { per_step_ = per_step; }
 
   void step() {
     for (int i = 0; i < per_step_ && page_ < due_; ++i) {
@@ -158,6 +118,13 @@ class PageStreamPrefetch {
   const char* k_ = nullptr;  // the current page's K and V
   const char* v_ = nullptr;
 };
+
+// Lines per step for a kernel that takes `steps` steps of its streaming loops per `keys` keys of key_bytes
+// (K and V) each: the pages' rate, rounded up, and half again to catch up after a stall.
+inline int attend_stream_rate(size_t key_bytes, int keys, int steps) {
+  const size_t lines = (key_bytes * static_cast<size_t>(keys) + 63) / 64;
+  return static_cast<int>((3 * lines + 2 * static_cast<size_t>(steps) - 1) / (2 * static_cast<size_t>(steps)));
+}
 
 // The maxima of one chunk's scores p[g][0, n) (the lanes up to `padded`, a multiple of W, are set to a
 // masked score): per head the chunk's max, the running max m[g] moved up to it, and the factors that move
@@ -296,6 +263,12 @@ void attend_chunk(const AttendArgs& a, int g0) {
   const T* kbase = static_cast<const T*>(a.k);
   const T* vbase = static_cast<const T*>(a.v);
   const T* vrow[CK];  // [chunk keys] each key's V row
+  // Stepped once per dimension of the scores: d steps per tile of B keys. While the first tile is scored
+  // (its own pages come cold), all the pages up to the prefetch distance are requested; without that
+  // burst every item's first tiles came cold (-10 to -17% per layer at 512 cached tokens).
+  const size_t key_bytes = sizeof(T) * (d + a.v_stride);
+  const int rate = attend_stream_rate(key_bytes, B, d), burst = attend_stream_rate(key_bytes, kAttendPrefetchKeys, d);
+  PageStreamPrefetch ahead(a, sizeof(T) * bs * d, sizeof(T) * bs * a.v_stride, kAttendPrefetchKeys, burst);
   for (int chunk = 0; chunk < a.n_keys; chunk += CK) {
     const int n = a.n_keys - chunk < CK ? a.n_keys - chunk : CK;
     const int tiles = (n + B - 1) / B;
@@ -318,11 +291,8 @@ void attend_chunk(const AttendArgs& a, int g0) {
         const T* v0 = vbase + (page * bs + pos % bs) * a.v_stride;
         for (int r = 0; r < page_keys; ++r) vrow[t * B + j + r] = v0 + static_cast<size_t>(r) * a.v_stride;
       }
-      // The tile kAttendPrefetchTiles on; while the first tile is scored (its own pages come cold), all
-      // the tiles up to there, so that only the first tile of an item waits for memory.
-      const bool first_tile = start == 0;
-      AheadPrefetch ahead(a, sizeof(T) * bs * d, sizeof(T) * bs * a.v_stride, first_tile ? B : start + kAttendPrefetchTiles * B,
-                          first_tile ? kAttendPrefetchTiles * B : B, page_keys, d);
+      ahead.advance_to(start);
+      if (start == B) ahead.set_rate(rate);
       // Scores: one vector op per dimension covers a vector's keys for one head.
       vec s[GC][NV];
       for (int g = 0; g < GC; ++g)

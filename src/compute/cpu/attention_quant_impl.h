@@ -25,8 +25,7 @@
 namespace kestrel {
 
 constexpr int kQuantGroup = 32;  // values per scale in the fast path (kKvGroup)
-// How far ahead of the kernel pages are prefetched, and at most how many lines per step of a streaming loop.
-constexpr int kQuantPrefetchKeys = 128;
+// At most how many lines of pages are prefetched per step of a streaming loop (scores and values step).
 constexpr int kQuantPrefetchLinesPerStep = 2;
 
 namespace {
@@ -289,7 +288,7 @@ void attend_quant_chunk(const AttendArgs& a, int g0) {
   const auto* vbase = static_cast<const uint8_t*>(a.v);
   const uint8_t* vcodes[CK / kCodeKeys];      // [chunk keys / kCodeKeys] each code row's V codes
   const uint16_t* vscales[CK / kAttendTile];  // [16-key steps] scales of the step's first key, group 0
-  PageStreamPrefetch ahead(a, k_page, v_page, kQuantPrefetchKeys, kQuantPrefetchLinesPerStep);
+  PageStreamPrefetch ahead(a, k_page, v_page, kAttendPrefetchKeys, kQuantPrefetchLinesPerStep);
   for (int chunk = 0; chunk < a.n_keys; chunk += CK) {
     const int n = a.n_keys - chunk < CK ? a.n_keys - chunk : CK;
     const int tiles = (n + B - 1) / B, steps = (n + kAttendTile - 1) / kAttendTile;
