@@ -118,6 +118,31 @@ std::vector<int32_t> run_spec(SpeculativeGenerator& g, const std::vector<int32_t
   return out;
 }
 
+// Tokens 2..4 (drafted and verified; the first comes from the prompt's forward) of 20000 generations from
+// one prompt, sampled with speculation and without (other seeds): the same distribution at each position
+// (chi-square, p > 0.001), and rejections happened. A position past the text's end (a grammar that
+// completed) counts as token -1.
+void expect_sampled_tokens_follow_the_target(SpeculativeGenerator& spec, Generator& plain, SamplingParams params) {
+  const std::vector<int32_t> prompt{1, 50, 60, 70};
+  std::vector<std::map<int32_t, int>> with_spec(3), without(3);  // [position][token] counts
+  const auto at = [](const std::vector<int32_t>& tokens, size_t i) { return i < tokens.size() ? tokens[i] : -1; };
+  int64_t drafted = 0, accepted = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    params.seed = static_cast<uint64_t>(trial);
+    Sampler a(params);
+    const std::vector<int32_t> s = run_spec(spec, prompt, 4, a);
+    drafted += spec.stats().drafted;
+    accepted += spec.stats().accepted;
+    params.seed += 1u << 20;
+    Sampler b(params);
+    const std::vector<int32_t> p = run_plain(plain, prompt, 4, b);
+    for (size_t i = 0; i < 3; ++i) ++with_spec[i][at(s, i + 1)], ++without[i][at(p, i + 1)];
+  }
+  for (size_t i = 0; i < 3; ++i) EXPECT_GT(same_distribution_p_value(with_spec[i], without[i]), 0.001) << "token " << i + 2;
+  EXPECT_GT(drafted - accepted, 2000);  // rejections happened
+  EXPECT_GT(accepted, 0);
+}
+
 TEST(Speculative, GreedyOutputIsTheTargetsTokenForToken) {
   const Pair pair;
   ASSERT_TRUE(pair.target && pair.draft && pair.poor_draft);
@@ -167,32 +192,13 @@ TEST(Speculative, SampledTokensFollowTheTargetsDistribution) {
   Generator plain(*pair.target, pool, config);
   auto spec = SpeculativeGenerator::create(*pair.target, pair.poor_draft.get(), pool, config, {.draft_max = 3});
   ASSERT_TRUE(spec.ok());
-  const std::vector<int32_t> prompt{1, 50, 60, 70};
   SamplingParams params;
   params.temperature = 0.7f;
   params.top_k = 0;
   params.top_p = 0.95f;
   params.min_p = 0;
   params.repeat_penalty = 1.3f;  // the history, kept drafts included, shapes each position
-  // Tokens 2..4 are drafted and verified (the first comes from the prompt's forward).
-  std::vector<std::map<int32_t, int>> with_spec(3), without(3);  // [position][token] counts
-  int64_t drafted = 0, accepted = 0;
-  for (int trial = 0; trial < 20000; ++trial) {
-    params.seed = static_cast<uint64_t>(trial);
-    Sampler a(params);
-    const std::vector<int32_t> s = run_spec(**spec, prompt, 4, a);
-    drafted += (*spec)->stats().drafted;
-    accepted += (*spec)->stats().accepted;
-    params.seed += 1u << 20;
-    Sampler b(params);
-    const std::vector<int32_t> p = run_plain(plain, prompt, 4, b);
-    ASSERT_EQ(s.size(), 4u);
-    ASSERT_EQ(p.size(), 4u);
-    for (size_t i = 0; i < 3; ++i) ++with_spec[i][s[i + 1]], ++without[i][p[i + 1]];
-  }
-  for (size_t i = 0; i < 3; ++i) EXPECT_GT(same_distribution_p_value(with_spec[i], without[i]), 0.001) << "token " << i + 2;
-  EXPECT_GT(drafted - accepted, 2000);  // rejections did happen
-  EXPECT_GT(accepted, 0);
+  expect_sampled_tokens_follow_the_target(**spec, plain, params);
 }
 
 // Under a grammar, row i of a verification is masked by the grammar's state after the drafts before it:
@@ -243,25 +249,7 @@ TEST(Speculative, UnderAGrammarOutputIsThePlainGenerators) {
   params.top_p = 1;
   params.min_p = 0;
   params.grammar = grammar.constraint;
-  const std::vector<int32_t> prompt{1, 50, 60, 70};
-  // [position][token] counts; -1: the text was complete before that position.
-  std::vector<std::map<int32_t, int>> with_spec(3), without(3);
-  const auto at = [](const std::vector<int32_t>& tokens, size_t i) { return i < tokens.size() ? tokens[i] : -1; };
-  int64_t drafted = 0, accepted = 0;
-  for (int trial = 0; trial < 20000; ++trial) {
-    params.seed = static_cast<uint64_t>(trial);
-    Sampler a(params);
-    const std::vector<int32_t> sp = run_spec(**spec, prompt, 4, a);
-    drafted += (*spec)->stats().drafted;
-    accepted += (*spec)->stats().accepted;
-    params.seed += 1u << 20;
-    Sampler b(params);
-    const std::vector<int32_t> p = run_plain(plain, prompt, 4, b);
-    for (size_t i = 0; i < 3; ++i) ++with_spec[i][at(sp, i + 1)], ++without[i][at(p, i + 1)];
-  }
-  for (size_t i = 0; i < 3; ++i) EXPECT_GT(same_distribution_p_value(with_spec[i], without[i]), 0.001) << "token " << i + 2;
-  EXPECT_GT(drafted - accepted, 2000);  // rejections happened
-  EXPECT_GT(accepted, 0);
+  expect_sampled_tokens_follow_the_target(**spec, plain, params);
 }
 
 TEST(Speculative, RefusesADraftWithAnotherVocabulary) {
