@@ -144,20 +144,11 @@ void attend_bf16_chunk(const AttendArgs& a, int g0) {
       }
       for (int g = 0; g < GC; ++g) _mm512_store_ps(sc[g] + t * B, s[g]);
     }
-    // The softmax update; only the probabilities' store (rounded to bf16) differs from attend_softmax_update.
-    float chunk_max[GC], correction[GC], chunk_weight[GC];
-    attend_chunk_maxima<AttendVec512, GC>(sc, n, tiles * B, m, chunk_max, correction, chunk_weight);
-    for (int g = 0; g < GC; ++g) {
-      const __m512 shift = _mm512_set1_ps(m[g]);
-      __m512 sum = _mm512_setzero_ps();
-      for (int t = 0; t < tiles; ++t) {
-        const __m512 e = Vec512::exp(_mm512_sub_ps(_mm512_load_ps(sc[g] + t * B), shift));
-        _mm256_store_si256(reinterpret_cast<__m256i*>(pb[g] + t * B), (__m256i)_mm512_cvtneps_pbh(e));
-        sum = _mm512_add_ps(sum, e);
-      }
-      l[g] = l[g] * correction[g] + _mm512_reduce_add_ps(sum);
-    }
-    attend_rescale<AttendVec512, GC>(correction, acc, dv);
+    // The softmax update; the probabilities are kept rounded to bf16.
+    float weight[GC];
+    attend_softmax_update_with<AttendVec512, GC>(sc, n, tiles * B, m, l, acc, dv, weight, [&](int g, int j, __m512 e) {
+      _mm256_store_si256(reinterpret_cast<__m256i*>(pb[g] + j), (__m256i)_mm512_cvtneps_pbh(e));
+    });
     const int pairs = (n + 1) / 2;  // a padding key has probability 0
     for (int i = 0; i < dv; i += 16) {
       __m512 o[GC];

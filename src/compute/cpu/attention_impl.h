@@ -151,33 +151,39 @@ void attend_chunk_maxima(float (*p)[kAttendChunk], int n, int padded, float* m, 
   }
 }
 
-// acc[g][0, dv) *= correction[g] (the running max moved).
-template <typename V, int GC>
-void attend_rescale(const float* correction, float (*acc)[kAttendMaxDim], int dv) {
-  for (int g = 0; g < GC; ++g)
-    if (correction[g] != 1.0f)
-      for (int i = 0; i < dv; i += V::W) V::store(acc[g] + i, V::mul(V::load(acc[g] + i), V::set1(correction[g])));
-}
-
 // One online-softmax update per head for a whole chunk: p[g][0, n) holds the chunk's scores (padded to a
-// multiple of W with masked keys); they become probabilities relative to the new running max m[g], l[g]
-// gains their sum and the accumulators acc[g][0, dv) are rescaled to the new max.
-template <typename V, int GC>
-void attend_softmax_update(float (*p)[kAttendChunk], int n, int padded, float* m, float* l, float (*acc)[kAttendMaxDim], int dv) {
+// multiple of W with masked keys). Their exponentials go, a vector at a time, to store(g, j, e) (head g, keys
+// j .. j + W) in whatever form the kernel's value pass reads: relative to the new running max m[g], or with
+// CHUNK_RELATIVE to the chunk's own max, where one unit is worth weight[g] = exp(chunk max - new max) (so a
+// chunk far below the running max keeps its precision). l[g] gains the chunk's sum and the accumulators
+// acc[g][0, dv) are rescaled to the new max.
+template <typename V, int GC, bool CHUNK_RELATIVE = false, typename Store>
+void attend_softmax_update_with(float (*p)[kAttendChunk], int n, int padded, float* m, float* l, float (*acc)[kAttendMaxDim],
+                                int dv, float* weight, Store store) {
   using vec = typename V::type;
   constexpr int W = V::W;
-  float chunk_max[GC], correction[GC], chunk_weight[GC];
-  attend_chunk_maxima<V, GC>(p, n, padded, m, chunk_max, correction, chunk_weight);
+  float chunk_max[GC], correction[GC];
+  attend_chunk_maxima<V, GC>(p, n, padded, m, chunk_max, correction, weight);
   vec shift[GC], sum[GC];
-  for (int g = 0; g < GC; ++g) shift[g] = V::set1(m[g]), sum[g] = V::zero();
+  for (int g = 0; g < GC; ++g) shift[g] = V::set1(CHUNK_RELATIVE ? chunk_max[g] : m[g]), sum[g] = V::zero();
   for (int j = 0; j < padded; j += W)
     for (int g = 0; g < GC; ++g) {
       const vec e = V::exp(V::sub(V::load(p[g] + j), shift[g]));
-      V::store(p[g] + j, e);
+      store(g, j, e);
       sum[g] = V::add(sum[g], e);
     }
-  for (int g = 0; g < GC; ++g) l[g] = l[g] * correction[g] + V::reduce_add(sum[g]);
-  attend_rescale<V, GC>(correction, acc, dv);
+  for (int g = 0; g < GC; ++g) l[g] = l[g] * correction[g] + (CHUNK_RELATIVE ? weight[g] : 1.0f) * V::reduce_add(sum[g]);
+  for (int g = 0; g < GC; ++g)
+    if (correction[g] != 1.0f)
+      for (int i = 0; i < dv; i += W) V::store(acc[g] + i, V::mul(V::load(acc[g] + i), V::set1(correction[g])));
+}
+
+// attend_softmax_update_with that leaves the probabilities (relative to the new running max) in p.
+template <typename V, int GC>
+void attend_softmax_update(float (*p)[kAttendChunk], int n, int padded, float* m, float* l, float (*acc)[kAttendMaxDim], int dv) {
+  float weight[GC];
+  attend_softmax_update_with<V, GC>(p, n, padded, m, l, acc, dv, weight,
+                                    [&](int g, int j, typename V::type e) { V::store(p[g] + j, e); });
 }
 
 // The heads' outputs (acc / l) and, if asked for, their softmax states.

@@ -212,22 +212,13 @@ void attend_q8_softmax(float (*p)[kAttendChunk], int n, int padded, const uint16
     const vec to_int = V::set1(scale_max[group] > 0.0f ? 32767.0f / scale_max[group] : 0.0f);
     for (int j = 0; j < vecs; ++j) V::store(scaled[group] + j * W, V::mul(sc[j], to_int));
   }
-  float chunk_max[GC], correction[GC], chunk_weight[GC];
-  attend_chunk_maxima<V, GC>(p, n, padded, m, chunk_max, correction, chunk_weight);
-  vec shift[GC], sum[GC];
-  for (int g = 0; g < GC; ++g) shift[g] = V::set1(chunk_max[g]), sum[g] = V::zero();
-  for (int j = 0; j < vecs; ++j)
-    for (int g = 0; g < GC; ++g) {
-      const vec e = V::exp(V::sub(V::load(p[g] + j * W), shift[g]));
-      sum[g] = V::add(sum[g], e);
-      for (int group = 0; group < groups; ++group)
-        V::store_int16(reinterpret_cast<int16_t*>(pq[group][g]) + j * W, V::round_to_int(V::mul(e, V::load(scaled[group] + j * W))));
-    }
-  for (int g = 0; g < GC; ++g) {
-    l[g] = l[g] * correction[g] + chunk_weight[g] * V::reduce_add(sum[g]);
+  float chunk_weight[GC];
+  attend_softmax_update_with<V, GC, true>(p, n, padded, m, l, acc, dv, chunk_weight, [&](int g, int j, vec e) {
+    for (int group = 0; group < groups; ++group)
+      V::store_int16(reinterpret_cast<int16_t*>(pq[group][g]) + j, V::round_to_int(V::mul(e, V::load(scaled[group] + j))));
+  });
+  for (int g = 0; g < GC; ++g)
     for (int group = 0; group < groups; ++group) pscale[group][g] = chunk_weight[g] * scale_max[group] / 32767.0f;
-  }
-  attend_rescale<V, GC>(correction, acc, dv);
 }
 
 // q8_0 values of one 32-value group: each pair of keys' codes (vpairs[jp]: pair jp's) meets the pair's rounded
