@@ -111,7 +111,7 @@ void attend_bf16_chunk(const AttendArgs& a, int g0) {
   // first tile is scored, as attend_chunk does.
   const size_t key_bytes = sizeof(uint16_t) * (d + a.v_stride);
   const int rate = attend_stream_rate(key_bytes, B, d / 2), burst = attend_stream_rate(key_bytes, kAttendPrefetchKeys, d / 2);
-  PageStreamPrefetch ahead(a, sizeof(uint16_t) * bs * d, sizeof(uint16_t) * bs * a.v_stride, kAttendPrefetchKeys, burst);
+  PageStreamPrefetch ahead(a, sizeof(uint16_t) * bs * d, sizeof(uint16_t) * bs * a.v_stride, kAttendPrefetchKeys, burst, rate);
   for (int chunk = 0; chunk < a.n_keys; chunk += CK) {
     const int n = a.n_keys - chunk < CK ? a.n_keys - chunk : CK;
     const int tiles = (n + B - 1) / B;
@@ -131,7 +131,6 @@ void attend_bf16_chunk(const AttendArgs& a, int g0) {
         for (int r = 0; r < page_keys / 2; ++r) vpair[(t * B + j) / 2 + r] = v0 + static_cast<size_t>(r) * dv * 2;
       }
       ahead.advance_to(start);
-      if (start == B) ahead.set_rate(rate);
       __m512 s[GC];
       for (int g = 0; g < GC; ++g) s[g] = _mm512_setzero_ps();
       for (int i = 0; i < d / 2; ++i) {

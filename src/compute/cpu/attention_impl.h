@@ -75,13 +75,16 @@ typename V::type attend_load_keys(const T* const* parts, size_t row) {
 // ahead_keys keys past where the kernel is (advance_to) and at most per_step lines per step() of its
 // streaming loops. A few lines per step keep memory busy without stalling the loads the kernel waits for
 // (a burst of a hundred prefetches would); per_step a little above the kernel's own rate lets the stream
-// catch up after a stall (attend_stream_rate).
+// catch up after a stall (attend_stream_rate). While the kernel is at key 0 (its first tile, whose pages
+// come cold anyway) the stream runs at first_per_step instead, to get the pages up to the prefetch distance
+// requested before the kernel reaches them.
 class PageStreamPrefetch {
  public:
-  PageStreamPrefetch(const AttendArgs& a, size_t k_page_bytes, size_t v_page_bytes, int ahead_keys, int per_step)
+  PageStreamPrefetch(const AttendArgs& a, size_t k_page_bytes, size_t v_page_bytes, int ahead_keys, int first_per_step,
+                     int per_step)
       : a_(a), k_page_bytes_(k_page_bytes), v_page_bytes_(v_page_bytes), k_lines_(static_cast<int>((k_page_bytes + 63) / 64)),
-        page_lines_(k_lines_ + static_cast<int>((v_page_bytes + 63) / 64)), ahead_keys_(ahead_keys), per_step_(per_step),
-        n_pages_((a.n_keys + a.block_size - 1) / a.block_size) {
+        page_lines_(k_lines_ + static_cast<int>((v_page_bytes + 63) / 64)), ahead_keys_(ahead_keys),
+        first_per_step_(first_per_step), steady_per_step_(per_step), n_pages_((a.n_keys + a.block_size - 1) / a.block_size) {
     set_page(0);
   }
 
@@ -89,10 +92,8 @@ class PageStreamPrefetch {
   void advance_to(int key) {
     const int last = (key + ahead_keys_ + a_.block_size - 1) / a_.block_size;
     due_ = last < n_pages_ ? last : n_pages_;
+    per_step_ = key == 0 ? first_per_step_ : steady_per_step_;
   }
-
-  // Lines per step from here on.
-  void set_rate(int per_step) { per_step_ = per_step; }
 
   void step() {
     for (int i = 0; i < per_step_ && page_ < due_; ++i) {
@@ -113,7 +114,8 @@ class PageStreamPrefetch {
 
   const AttendArgs& a_;
   size_t k_page_bytes_, v_page_bytes_;
-  int k_lines_, page_lines_, ahead_keys_, per_step_, n_pages_;
+  int k_lines_, page_lines_, ahead_keys_, first_per_step_, steady_per_step_, n_pages_;
+  int per_step_ = 0;
   int page_ = 0, line_ = 0, due_ = 0;  // the next line to fetch; pages before due_ are due
   const char* k_ = nullptr;  // the current page's K and V
   const char* v_ = nullptr;
@@ -274,7 +276,7 @@ void attend_chunk(const AttendArgs& a, int g0) {
   // burst every item's first tiles came cold (-10 to -17% per layer at 512 cached tokens).
   const size_t key_bytes = sizeof(T) * (d + a.v_stride);
   const int rate = attend_stream_rate(key_bytes, B, d), burst = attend_stream_rate(key_bytes, kAttendPrefetchKeys, d);
-  PageStreamPrefetch ahead(a, sizeof(T) * bs * d, sizeof(T) * bs * a.v_stride, kAttendPrefetchKeys, burst);
+  PageStreamPrefetch ahead(a, sizeof(T) * bs * d, sizeof(T) * bs * a.v_stride, kAttendPrefetchKeys, burst, rate);
   for (int chunk = 0; chunk < a.n_keys; chunk += CK) {
     const int n = a.n_keys - chunk < CK ? a.n_keys - chunk : CK;
     const int tiles = (n + B - 1) / B;
@@ -298,7 +300,6 @@ void attend_chunk(const AttendArgs& a, int g0) {
         for (int r = 0; r < page_keys; ++r) vrow[t * B + j + r] = v0 + static_cast<size_t>(r) * a.v_stride;
       }
       ahead.advance_to(start);
-      if (start == B) ahead.set_rate(rate);
       // Scores: one vector op per dimension covers a vector's keys for one head.
       vec s[GC][NV];
       for (int g = 0; g < GC; ++g)

@@ -279,7 +279,8 @@ void attend_quant_chunk(const AttendArgs& a, int g0) {
   const auto* vbase = static_cast<const uint8_t*>(a.v);
   const uint8_t* vcodes[CK / kCodeKeys];      // [chunk keys / kCodeKeys] each code row's V codes
   const uint16_t* vscales[CK / kAttendTile];  // [16-key steps] scales of the step's first key, group 0
-  PageStreamPrefetch ahead(a, k_page, v_page, kAttendPrefetchKeys, kQuantPrefetchLinesPerStep);
+  PageStreamPrefetch ahead(a, k_page, v_page, kAttendPrefetchKeys, kQuantPrefetchLinesPerStep,
+                           kQuantPrefetchLinesPerStep);
   for (int chunk = 0; chunk < a.n_keys; chunk += CK) {
     const int n = a.n_keys - chunk < CK ? a.n_keys - chunk : CK;
     const int tiles = (n + B - 1) / B, steps = (n + kAttendTile - 1) / kAttendTile;
