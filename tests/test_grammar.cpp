@@ -192,6 +192,45 @@ TEST(GrammarConstraint, SamplerDrawsOnlyAllowedTokensAndFinishes) {
   }
 }
 
+TEST(GrammarConstraint, DraftsWalkTheGrammarAheadOfTheAcceptedText) {
+  // "c" has no token: after "a" the grammar allows nothing.
+  const std::vector<std::string> pieces = {"", "a", "b", "ab"};
+  auto constraint = std::make_shared<GrammarConstraint>(parse_ok("root ::= \"a\" \"b\"* \"c\""),
+                                                        std::make_shared<TokenTrie>(pieces), std::vector<int32_t>{0});
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.top_k = 0;
+  p.top_p = 1;
+  p.min_p = 0;
+  p.grammar = constraint;
+  Sampler sampler(p);
+  const GrammarState start = sampler.grammar_state();
+  GrammarState state = start;
+  std::vector<TokenDistribution> dists;
+  std::vector<float> logits = {5, 0, 0, 0};  // the end token would win unconstrained
+  const int32_t first = sampler.draw_draft(logits.data(), 4, {}, state, dists);
+  ASSERT_TRUE(first == 1 || first == 3) << first;
+  ASSERT_EQ(dists.size(), 1u);
+  EXPECT_EQ(dists[0].probability(0), 0.0);
+  EXPECT_EQ(dists[0].probability(2), 0.0);
+  EXPECT_TRUE(sampler.grammar_state() == start) << "the accepted text's state does not move";
+  for (int i = 0; i < 5; ++i) {  // after "a" or "ab": only "b" (never "a", "ab" or the end)
+    logits = {5, 5, 0, 5};
+    EXPECT_EQ(sampler.draw_draft(logits.data(), 4, {}, state, dists), 2);
+  }
+  EXPECT_EQ(dists.size(), 6u);
+  // Where the grammar allows nothing, nothing changes.
+  p.grammar = std::make_shared<GrammarConstraint>(parse_ok("root ::= \"a\" \"c\""), std::make_shared<TokenTrie>(pieces),
+                                                  std::vector<int32_t>{0});
+  Sampler strict(p);
+  const GrammarState after_a = p.grammar->advance(strict.grammar_state(), 1);
+  GrammarState blocked = after_a;
+  logits = {0, 0, 0, 0};
+  EXPECT_EQ(strict.draw_draft(logits.data(), 4, {}, blocked, dists), -1);
+  EXPECT_EQ(dists.size(), 6u);
+  EXPECT_TRUE(blocked == after_a);
+}
+
 TEST(GrammarConstraint, EngineOutputFollowsTheGrammarOnStories) {
   const std::string shared = test::shared_dir();
   if (shared.empty()) GTEST_SKIP() << "../shared not found (set KESTREL_SHARED); skipping";

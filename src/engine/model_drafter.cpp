@@ -61,14 +61,9 @@ int32_t ModelDrafter::propose(std::vector<DraftJob>& jobs) {
   const auto draw = [&](DraftJob& job, float* row) {
     std::vector<int32_t> seen(job.tokens.begin(), job.tokens.end());  // penalties see the drafts too
     seen.insert(seen.end(), job.drafts.begin(), job.drafts.end());
-    TokenDistribution d = job.sampler->distribution(row, n_vocab_, seen, job.grammar);
-    if (d.ids.empty()) {  // the grammar allows no token: no further drafts
-      job.k = static_cast<int32_t>(job.drafts.size());
-      return;
-    }
-    job.drafts.push_back(job.sampler->draw(d));
-    job.dists.push_back(std::move(d));
-    job.grammar = job.sampler->grammar_after(job.grammar, job.drafts.back());
+    const int32_t token = job.sampler->draw_draft(row, n_vocab_, seen, job.grammar, job.dists);
+    if (token < 0) job.k = static_cast<int32_t>(job.drafts.size());  // the grammar allows no token: no more drafts
+    else job.drafts.push_back(token);
   };
   // Runs one chunk per job (tokens after what the draft has computed), max_batch_tokens per forward; a
   // job whose chunk reaches its end draws a draft. Returns the jobs still short of tokens.

@@ -49,12 +49,10 @@ Result<std::vector<int32_t>> SpeculativeGenerator::propose(const std::vector<int
   std::vector<float> row = std::move(logits).value();  // [n_vocab]
   std::vector<int32_t> drafts, seen = history;
   for (int32_t i = 0; i < k; ++i) {
-    TokenDistribution d = draft_sampler_->distribution(row.data(), n_vocab_, seen, grammar);
-    if (d.ids.empty()) break;  // the grammar allows no token
-    drafts.push_back(draft_sampler_->draw(d));
-    dists.push_back(std::move(d));
-    grammar = draft_sampler_->grammar_after(grammar, drafts.back());
-    seen.push_back(drafts.back());
+    const int32_t token = draft_sampler_->draw_draft(row.data(), n_vocab_, seen, grammar, dists);
+    if (token < 0) break;  // the grammar allows no token
+    drafts.push_back(token);
+    seen.push_back(token);
     if (i + 1 == k) break;
     const int32_t next[1] = {drafts.back()};
     auto step = draft_->eval(next, false);

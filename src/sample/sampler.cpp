@@ -140,6 +140,16 @@ int32_t Sampler::draw(const TokenDistribution& d) {
   return d.ids.back();
 }
 
+int32_t Sampler::draw_draft(float* logits, int32_t n_vocab, const std::vector<int32_t>& history,
+                            GrammarState& grammar_state, std::vector<TokenDistribution>& dists) {
+  TokenDistribution d = distribution(logits, n_vocab, history, grammar_state);
+  if (d.ids.empty()) return -1;
+  const int32_t token = draw(d);
+  dists.push_back(std::move(d));
+  grammar_state = grammar_after(grammar_state, token);
+  return token;
+}
+
 double Sampler::uniform() { return std::uniform_real_distribution<double>(0.0, 1.0)(rng_); }
 
 }  // namespace kestrel

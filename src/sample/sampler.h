@@ -65,6 +65,11 @@ class Sampler {
                                  const GrammarState& grammar_state) const;
   // A draw from d with this sampler's RNG (sample() == draw(distribution()), the same RNG use).
   int32_t draw(const TokenDistribution& d);
+  // A speculative draft: a draw from distribution(logits, n_vocab, history, grammar_state), which is kept at
+  // the end of dists, and grammar_state moved past the drawn token. -1, with nothing changed, where the
+  // grammar allows no token.
+  int32_t draw_draft(float* logits, int32_t n_vocab, const std::vector<int32_t>& history, GrammarState& grammar_state,
+                     std::vector<TokenDistribution>& dists);
   // A uniform number in [0, 1) from this sampler's RNG (speculative acceptance tests).
   double uniform();
   bool greedy() const { return params_.temperature <= 0; }
