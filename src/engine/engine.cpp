@@ -50,39 +50,45 @@ std::unique_ptr<ReplicaLink> remote_for(const EngineConfig& config, int32_t n_vo
 }
 
 // Disaggregated: the client of the prefill ranks (in groups the size of this engine's).
-std::unique_ptr<PrefillClient> prefill_client_for(const EngineConfig& config, const Model& model, const KvStorage& kv,
+// kv: the decode side's pages (null with a remote replica, which remote_for refuses to combine with this).
+std::unique_ptr<PrefillClient> prefill_client_for(const EngineConfig& config, const Model& model, const KvStorage* kv,
                                                   bool speculative) {
   Communicator* world = config.prefill_world;
-  if (!world) return nullptr;
+  if (!world || !kv) return nullptr;
   if (world->rank() != 0) world->abort("the engine runs on rank 0; prefill ranks run serve_prefills", 1);
   if (speculative) world->abort("speculative decoding does not run with prefill/decode disaggregation yet", 1);
   const ProcessGroups* groups = model.process_groups();
   const int32_t group_size = groups ? groups->world->size() : 1;
   if (world->size() <= group_size || world->size() % group_size != 0)
     world->abort("the prefill ranks do not make groups the size of the decode group", 1);
-  return std::make_unique<PrefillClient>(*world, group_size, kv.page_bytes(), config.scheduler.block_size,
+  return std::make_unique<PrefillClient>(*world, group_size, kv->page_bytes(), config.scheduler.block_size,
                                          model.hparams().n_vocab);
 }
 }  // namespace
+
+struct Engine::LocalPages {
+  LocalPages(const Model& model, ThreadPool& pool, const KvCacheSpec& spec) : kv(spec), runner(model, pool, kv) {}
+  KvStorage kv;
+  ModelRunner runner;  // over kv
+};
 
 Engine::Engine(const Model& model, ThreadPool& pool, const EngineConfig& config, const Model* draft)
     : model_(model),
       config_(config),
       max_seq_len_(usable_seq_len(model, config)),
       pages_(config.n_blocks, config.scheduler.block_size, config.prefix_caching),
-      // A replica on other ranks keeps its KV there: one page here for the runner it never runs.
-      kv_(model.kv_spec(config.replica_link ? 1 : config.n_blocks, config.scheduler.block_size, config.kv_types)),
       scheduler_(pages_, config.scheduler),
-      runner_(model, pool, kv_),
+      local_(config.replica_link ? nullptr : std::make_unique<LocalPages>(model, pool, model.kv_spec(config.n_blocks,
+                                                                         config.scheduler.block_size, config.kv_types))),
       relay_(config.replica_link ? nullptr : relay_for(model, draft != nullptr || config.spec.ngram > 0)),
       remote_(remote_for(config, model.hparams().n_vocab, draft != nullptr || config.spec.ngram > 0)),
-      prefill_(prefill_client_for(config, model, kv_, draft != nullptr || config.spec.ngram > 0)),
+      prefill_(prefill_client_for(config, model, local_ ? &local_->kv : nullptr, draft != nullptr || config.spec.ngram > 0)),
       drafter_(draft ? std::make_unique<ModelDrafter>(*draft, pool, config.n_blocks, config.scheduler.block_size,
                                                       config.kv_types, config.scheduler.max_batch_tokens)
                      : nullptr),
       speculative_(draft != nullptr || config.spec.ngram > 0),
       spec_control_(config.spec.max_batch, config.spec.measured) {
-  if (!remote_) center_keys(kv_, model, pool);  // a remote replica's ranks center their own keys
+  if (local_) center_keys(local_->kv, model, pool);  // a remote replica's ranks center their own keys
 }
 
 Engine::~Engine() = default;
@@ -316,8 +322,8 @@ void Engine::admit_prefilled(std::vector<StepOutput>& outputs) {
     if (!scheduler_.add_prefilled(it->second)) break;  // waits (in order) for pages or a place in the running set
     prefilling_.erase(it);
     const std::vector<int32_t>& table = pages_.pages(p.seq_id);
-    const size_t page_bytes = kv_.page_bytes();
-    for (size_t i = 0; i < table.size(); ++i) kv_.import_page(table[i], p.pages[0].data() + i * page_bytes);
+    const size_t page_bytes = local_->kv.page_bytes();
+    for (size_t i = 0; i < table.size(); ++i) local_->kv.import_page(table[i], p.pages[0].data() + i * page_bytes);
     if (p.pages.size() > 1) {  // the decode group's other ranks import theirs with the next plan
       imported_pages_.insert(imported_pages_.end(), table.begin(), table.end());
       imported_shares_.resize(p.pages.size());
@@ -354,7 +360,7 @@ std::vector<StepOutput> Engine::step() {
   if (plan.empty()) return outputs;
   ++steps_;
   const double forward_start_s = clock_.elapsed_s(), waited_before_s = pipeline_wait_s();
-  std::vector<float> logits = remote_ ? remote_->run(plan) : runner_.run(plan);  // [plan.n_logits(), n_vocab]
+  std::vector<float> logits = local_ ? local_->runner.run(plan) : remote_->run(plan);  // [plan.n_logits(), n_vocab]
   forward_s_ += clock_.elapsed_s() - forward_start_s;
   step_pipeline_wait_s_ += pipeline_wait_s() - waited_before_s;
   peak_running_ = std::max(peak_running_, scheduler_.n_running());
@@ -414,7 +420,7 @@ EngineStats Engine::stats() const {
   s.kv_blocks_cached = pool.n_cached();
   s.kv_blocks_free = pool.n_free();
   s.kv_tokens_used = kv_tokens_filled();
-  s.expert_tokens = runner_.expert_tokens();
+  if (local_) s.expert_tokens = local_->runner.expert_tokens();
   s.forward_seconds = forward_s_;
   s.decode_step_seconds = decode_step_s_;
   s.decode_steps = decode_steps_;
@@ -429,8 +435,8 @@ EngineStats Engine::stats() const {
     s.pipeline_wait_seconds = step_pipeline_wait_s_;
   }
   // As on rank 0 of the replica (a remote replica's pages are there, of the same spec).
-  const KvCacheSpec kv_spec = remote_ ? model_.kv_spec(config_.n_blocks, config_.scheduler.block_size, config_.kv_types)
-                                      : kv_.spec();
+  const KvCacheSpec kv_spec = local_ ? local_->kv.spec()
+                                     : model_.kv_spec(config_.n_blocks, config_.scheduler.block_size, config_.kv_types);
   s.kv_bytes_per_token = static_cast<int64_t>(kv_spec.bytes_per_token());
   s.kv_bytes = static_cast<int64_t>(kv_spec.bytes());
   s.kv_peak_blocks_used = peak_blocks_used_;

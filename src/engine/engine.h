@@ -178,16 +178,18 @@ class Engine {
   // Disaggregated: prompts whose KV arrived join the running set while pages allow, and sample.
   void admit_prefilled(std::vector<StepOutput>& outputs);
   void end_sequence(int64_t seq_id);
-  int64_t kv_tokens_filled() const;
-  double pipeline_wait_s() const;  // time inside pipeline messages so far (0 unless split)  // positions of in-use blocks holding a token (shared blocks once)
+  int64_t kv_tokens_filled() const;  // positions of in-use blocks holding a token (shared blocks once)
+  double pipeline_wait_s() const;    // time inside pipeline messages so far (0 unless split)
 
   const Model& model_;
   EngineConfig config_;
   int32_t max_seq_len_;
   KvManager pages_;  // which pages each sequence holds, and the prefix cache
-  KvStorage kv_;     // the pages' K/V
   Scheduler scheduler_;
-  ModelRunner runner_;
+  // The pages' K/V in this process and the runner of plans over them; null when a replica on other ranks
+  // holds the pages and runs the plans (remote_).
+  struct LocalPages;
+  std::unique_ptr<LocalPages> local_;
   std::unique_ptr<class StepPlanRelay> relay_;  // split over processes: sends each plan to the other ranks
   std::unique_ptr<class ReplicaLink> remote_;    // a replica on other ranks: runs each plan there instead
   std::unique_ptr<PrefillClient> prefill_;        // disaggregated: the prefill ranks
@@ -207,7 +209,7 @@ class Engine {
   std::vector<StepOutput> cancelled_;                     // reported by the next step()
   int64_t next_request_ = 1, next_sequence_ = 1;
   int64_t prompt_tokens_ = 0, prompt_tokens_cached_ = 0, generated_tokens_ = 0, steps_ = 0;
-  double forward_s_ = 0;             // inside runner_.run
+  double forward_s_ = 0;             // inside the plans' runs
   double step_pipeline_wait_s_ = 0;  // of which inside pipeline messages
   double decode_step_s_ = 0;         // steps that only decoded: their wall time
   int64_t decode_steps_ = 0;
