@@ -5,7 +5,9 @@
 #include <numeric>
 
 #include "engine/model_drafter.h"
+#include "engine/model_runner.h"
 #include "engine/step_plan_relay.h"
+#include "kv/kv_storage.h"
 #include "model/key_centers.h"
 #include "spec/ngram_drafter.h"
 #include "spec/verify.h"
