@@ -186,7 +186,7 @@ TEST(Cli, ChatReusesTheEarlierTurnsKvAndClears) {
 }
 
 // Ctrl-C stops a reply (the conversation goes on); at the prompt it would leave. A model slow enough
-// that a reply of thousands of tokens is still running a second later.
+// that a reply of thousands of tokens is still running when the script interrupts it.
 TEST(Cli, ChatCtrlCStopsTheReplyAndTheConversationGoesOn) {
   const std::string shared = test::shared_dir();
   if (shared.empty()) GTEST_SKIP() << "../shared not found (set KESTREL_SHARED); skipping";
@@ -196,12 +196,22 @@ TEST(Cli, ChatCtrlCStopsTheReplyAndTheConversationGoesOn) {
                                           "--kv-heads 4 --ffn 1408 --vocab-from " + shared +
                                           "/tokenizer-tests/ggml-vocab-llama-spm.gguf 2>&1"), out), 0) << out;
   std::filesystem::create_directories(dir);
+  // The script waits for what the chat prints rather than for fixed times (a loaded machine, ASan): a
+  // reply is interrupted once its text streams (a Ctrl-C that came before, while the chat still handled
+  // the previous line, would be cleared with it), and Ctrl-C is sent again only if no interruption was
+  // reported 5 s later (one more at the prompt would end the chat). Every wait gives up after 60 s.
+  const std::string out_file = dir + "/out", err_file = dir + "/err";
   const std::string script =
+      "bytes() { stat -c %s " + out_file + " 2>/dev/null || echo 0; }\n"
+      "streamed() { j=0; while [ $(bytes) -le $1 ]; do sleep 0.1; j=$((j+1)); "
+      "[ $j -ge 600 ] && return 1; done; }\n"
+      "interrupt() { k=0; while [ $(cat " + err_file + " 2>/dev/null | grep -c interrupted) -lt $1 ]; do\n"
+      "  [ $((k % 50)) -eq 0 ] && kill -INT $pid; sleep 0.1; k=$((k+1)); [ $k -ge 600 ] && return 1; done; }\n"
       "mkfifo " + dir + "/in; " + kestrel_cmd("chat -m " + model + " -c 4096 -t 1 --ignore-eos --seed 1") + " < " + dir +
-      "/in > " + dir + "/out 2> " + dir + "/err & pid=$!; exec 3> " + dir + "/in; "
-      "echo 'Tell me a long story' >&3; sleep 1; kill -INT $pid; sleep 1; "
-      "echo /clear >&3; echo 'Another one' >&3; sleep 1; kill -INT $pid; sleep 1; exec 3>&-; "
-      "wait $pid; echo rc=$?; cat " + dir + "/err";
+      "/in > " + out_file + " 2> " + err_file + " & pid=$!; exec 3> " + dir + "/in\n"
+      "echo 'Tell me a long story' >&3; streamed 20; interrupt 1\n"
+      "size=$(bytes); echo /clear >&3; echo 'Another one' >&3; streamed $((size + 20)); interrupt 2\n"
+      "exec 3>&-; wait $pid; echo rc=$?; cat " + err_file;
   {
     std::ofstream f(dir + "/run.sh");
     f << script << "\n";
