@@ -160,6 +160,18 @@ TEST(GrammarConstraint, TrieMaskEqualsCheckingEveryTokenAlone) {
   EXPECT_GT(n_states, 100);
 }
 
+// Sampling under a grammar with every filter off: only the grammar narrows the choice.
+SamplingParams unfiltered_sampling(float temperature, uint64_t seed, std::shared_ptr<GrammarConstraint> grammar) {
+  SamplingParams p;
+  p.temperature = temperature;
+  p.top_k = 0;
+  p.top_p = 1;
+  p.min_p = 0;
+  p.seed = seed;
+  p.grammar = std::move(grammar);
+  return p;
+}
+
 TEST(GrammarConstraint, SamplerDrawsOnlyAllowedTokensAndFinishes) {
   const std::vector<std::string> pieces = {"", "a", "b", "ab", "c", "abc", "x"};
   auto trie = std::make_shared<TokenTrie>(pieces);
@@ -167,14 +179,7 @@ TEST(GrammarConstraint, SamplerDrawsOnlyAllowedTokensAndFinishes) {
                                                         std::vector<int32_t>{0});
   for (float temperature : {0.0f, 1.0f}) {
     for (uint64_t seed = 0; seed < 20; ++seed) {
-      SamplingParams p;
-      p.temperature = temperature;
-      p.top_k = 0;
-      p.top_p = 1;
-      p.min_p = 0;
-      p.seed = seed;
-      p.grammar = constraint;
-      Sampler sampler(p);
+      Sampler sampler(unfiltered_sampling(temperature, seed, constraint));
       std::string text;
       std::mt19937 rng(static_cast<uint32_t>(seed));
       for (int i = 0; i < 50 && !sampler.grammar_finished(); ++i) {
@@ -193,17 +198,11 @@ TEST(GrammarConstraint, SamplerDrawsOnlyAllowedTokensAndFinishes) {
 }
 
 TEST(GrammarConstraint, DraftsWalkTheGrammarAheadOfTheAcceptedText) {
-  // "c" has no token: after "a" the grammar allows nothing.
+  // "c" has no token: once "a" is drawn, only "b" can follow and the text never completes.
   const std::vector<std::string> pieces = {"", "a", "b", "ab"};
   auto constraint = std::make_shared<GrammarConstraint>(parse_ok("root ::= \"a\" \"b\"* \"c\""),
                                                         std::make_shared<TokenTrie>(pieces), std::vector<int32_t>{0});
-  SamplingParams p;
-  p.temperature = 1.0f;
-  p.top_k = 0;
-  p.top_p = 1;
-  p.min_p = 0;
-  p.grammar = constraint;
-  Sampler sampler(p);
+  Sampler sampler(unfiltered_sampling(1.0f, 0, constraint));
   const GrammarState start = sampler.grammar_state();
   GrammarState state = start;
   std::vector<TokenDistribution> dists;
@@ -219,11 +218,11 @@ TEST(GrammarConstraint, DraftsWalkTheGrammarAheadOfTheAcceptedText) {
     EXPECT_EQ(sampler.draw_draft(logits.data(), 4, {}, state, dists), 2);
   }
   EXPECT_EQ(dists.size(), 6u);
-  // Where the grammar allows nothing, nothing changes.
-  p.grammar = std::make_shared<GrammarConstraint>(parse_ok("root ::= \"a\" \"c\""), std::make_shared<TokenTrie>(pieces),
-                                                  std::vector<int32_t>{0});
-  Sampler strict(p);
-  const GrammarState after_a = p.grammar->advance(strict.grammar_state(), 1);
+  // "c" has no token: after "a" this grammar allows nothing, and a draft there changes nothing.
+  auto strict_constraint = std::make_shared<GrammarConstraint>(
+      parse_ok("root ::= \"a\" \"c\""), std::make_shared<TokenTrie>(pieces), std::vector<int32_t>{0});
+  Sampler strict(unfiltered_sampling(1.0f, 0, strict_constraint));
+  const GrammarState after_a = strict_constraint->advance(strict.grammar_state(), 1);
   GrammarState blocked = after_a;
   logits = {0, 0, 0, 0};
   EXPECT_EQ(strict.draw_draft(logits.data(), 4, {}, blocked, dists), -1);
