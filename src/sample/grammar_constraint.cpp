@@ -60,7 +60,7 @@ size_t GrammarConstraint::cached_masks() const {
 
 int32_t GrammarConstraint::intern(GrammarState state) const {
   if (state.dead()) return -1;
-  auto [it, added] = state_ids_.emplace(grammar_state_key(state), static_cast<int32_t>(states_.size()));
+  auto [it, added] = state_ids_.emplace(state, static_cast<int32_t>(states_.size()));
   if (added) {
     continues_.push_back(state.partial_left > 0 || grammar_can_continue(state));
     states_.push_back(std::move(state));
@@ -81,9 +81,8 @@ int32_t GrammarConstraint::step(int32_t id, uint8_t byte) const {
 }
 
 std::shared_ptr<const std::vector<uint64_t>> GrammarConstraint::allowed(const GrammarState& state) const {
-  const std::string key = grammar_state_key(state);
   std::lock_guard<std::mutex> lock(mutex_);
-  if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+  if (auto it = cache_.find(state); it != cache_.end()) return it->second;
   if (states_.size() > kMaxAutomatonStates) {  // bounded memory for grammars with very many states
     state_ids_.clear();
     states_.clear();
@@ -139,7 +138,7 @@ std::shared_ptr<const std::vector<uint64_t>> GrammarConstraint::allowed(const Gr
     }
   }
   if (cache_.size() >= 4096) cache_.clear();  // bounded memory for grammars with many states
-  return cache_.emplace(key, std::move(bits)).first->second;
+  return cache_.emplace(state, std::move(bits)).first->second;
 }
 
 bool GrammarConstraint::allows(const GrammarState& state, int32_t token) const {

@@ -83,8 +83,8 @@ class GrammarConstraint {
   std::shared_ptr<const TokenTrie> vocab_;
   std::vector<int32_t> end_tokens_;
   mutable std::mutex mutex_;
-  mutable std::unordered_map<std::string, std::shared_ptr<const std::vector<uint64_t>>> cache_;
-  mutable std::unordered_map<std::string, int32_t> state_ids_;  // state key -> automaton id
+  mutable std::unordered_map<GrammarState, std::shared_ptr<const std::vector<uint64_t>>, GrammarStateHash> cache_;
+  mutable std::unordered_map<GrammarState, int32_t, GrammarStateHash> state_ids_;  // state -> automaton id
   mutable std::vector<GrammarState> states_;                    // [n_states]
   mutable std::vector<std::array<int32_t, 256>> transitions_;   // [n_states][byte] next id, -1 dead, kUnknown
   mutable std::vector<bool> continues_;                         // [n_states] some byte may follow

@@ -119,16 +119,17 @@ bool grammar_can_continue(const GrammarState& s) {
   return std::any_of(s.stacks.begin(), s.stacks.end(), [](const Stack& st) { return !st.empty(); });
 }
 
-std::string grammar_state_key(const GrammarState& s) {
-  std::string key;
-  auto put = [&](uint32_t v) { key.append(reinterpret_cast<const char*>(&v), sizeof v); };
+size_t GrammarStateHash::operator()(const GrammarState& s) const {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over the state's words
+  auto put = [&](uint32_t v) { h = (h ^ v) * 0x100000001b3ull; };
   put(s.partial);
-  put(static_cast<uint32_t>(s.partial_left) | static_cast<uint32_t>(s.partial_size) << 8);
+  put(static_cast<uint32_t>(static_cast<uint8_t>(s.partial_left)) |
+      static_cast<uint32_t>(static_cast<uint8_t>(s.partial_size)) << 8);
   for (const Stack& st : s.stacks) {
     put(static_cast<uint32_t>(st.size()));
     for (int32_t p : st) put(static_cast<uint32_t>(p));
   }
-  return key;
+  return static_cast<size_t>(h);
 }
 
 }  // namespace kestrel

@@ -45,7 +45,9 @@ GrammarState grammar_advance(const Grammar& g, const GrammarState& s, std::strin
 bool grammar_complete(const GrammarState& s);
 // Whether some code point can still follow (a stack waits on characters).
 bool grammar_can_continue(const GrammarState& s);
-// A byte string that identifies the state (cache keys).
-std::string grammar_state_key(const GrammarState& s);
+// A hash of the whole state (cache keys; equal states hash equal).
+struct GrammarStateHash {
+  size_t operator()(const GrammarState& s) const;
+};
 
 }  // namespace kestrel
