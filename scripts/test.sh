@@ -1,37 +1,38 @@
 #!/usr/bin/env bash
 # Builds and runs every test: the release build, the ASan+UBSan build, the AArch64 build under qemu, and
-# the fuzz targets for a bounded time. KESTREL_FUZZ_SECONDS (default 60) sets each fuzz target's run time.
+# the fuzz targets for a bounded time. KESTREL_FUZZ_SECONDS (default 30) sets each fuzz target's run time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 jobs=${KESTREL_JOBS:-2}
-fuzz_seconds=${KESTREL_FUZZ_SECONDS:-60}
+fuzz_seconds=${KESTREL_FUZZ_SECONDS:-30}
 shared=${KESTREL_SHARED:-$(cd .. && pwd)/shared}
+stage() { echo "== $* (at $((SECONDS / 60))m$((SECONDS % 60))s)"; }
 
-echo "== release build and tests"
+stage "release build and tests"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j "$jobs"
 ctest --test-dir build --output-on-failure -j "$jobs"
 
-echo "== the official openai npm client against kestrel serve"
+stage "the official openai npm client against kestrel serve"
 if [ -d "$shared" ]; then
   bash tests/openai-client/run.sh "$PWD/build/kestrel" "$shared"
 else
   echo "skipped: ../shared not found (set KESTREL_SHARED)"
 fi
 
-echo "== sanitizer build (ASan + UBSan) and tests"
+stage "sanitizer build (ASan + UBSan) and tests"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" -DKESTREL_SANITIZE=ON -DKESTREL_BENCH=OFF >/dev/null
 cmake --build build-asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs"
 
-echo "== aarch64 build (cross-compiled) and its kernel and model tests under qemu-aarch64"
+stage "aarch64 build (cross-compiled) and its kernel and model tests under qemu-aarch64"
 bash scripts/test_aarch64.sh
 
-echo "== fuzz targets (libFuzzer, ${fuzz_seconds}s each)"
-CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKESTREL_FUZZ=ON \
-  -DKESTREL_BENCH=OFF >/dev/null
+stage "fuzz targets (libFuzzer, ${fuzz_seconds}s each)"
+CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" \
+  -DKESTREL_FUZZ=ON -DKESTREL_BENCH=OFF >/dev/null
 cmake --build build-fuzz -j "$jobs" --target fuzz_gguf fuzz_tokenizer fuzz_chat_template fuzz_openai_request fuzz_logprob_file fuzz_imatrix fuzz_step_plan fuzz_grammar
 mkdir -p build-fuzz/corpus-gguf build-fuzz/corpus-tokenizer build-fuzz/corpus-template build-fuzz/corpus-request \
   build-fuzz/corpus-logprob build-fuzz/corpus-imatrix build-fuzz/corpus-plan build-fuzz/corpus-grammar
@@ -75,4 +76,4 @@ printf 'root ::= "{" ws ( [a-z]+ ":" ws num ( "," ws [a-z]+ ":" ws num )* )? "}"
 printf 'root ::= (x | "\\u00e9" [^a-z]) ?\nx ::= . "\\x41"{2,3} ( "b" | [\\]\\-] )*\n\0\xc3\xa9Q' > build-fuzz/corpus-grammar/misc.gbnf
 ./build-fuzz/tests/fuzz_grammar -max_total_time="$short_seconds" -max_len=4096 -rss_limit_mb=2048 -timeout=10 \
   -print_final_stats=1 build-fuzz/corpus-grammar 2>&1 | tail -n 12
-echo "== all tests passed"
+stage "all tests passed"
