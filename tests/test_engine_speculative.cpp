@@ -315,10 +315,7 @@ TEST_F(EngineSpeculative, SampledTokensFollowThePlainEnginesDistribution) {
     std::vector<Request> requests;
     for (int i = 0; i < 20000; ++i) {
       Request r = make_request(prompt, 4);
-      r.sampling.temperature = 1.0f;
-      r.sampling.top_k = 0;
-      r.sampling.top_p = 0.9f;
-      r.sampling.min_p = 0;
+      r.sampling = test::top_p_sampling(1.0f, 0.9f);
       r.sampling.seed = seed_base + static_cast<uint64_t>(i);
       requests.push_back(r);
     }

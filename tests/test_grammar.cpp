@@ -162,11 +162,7 @@ TEST(GrammarConstraint, TrieMaskEqualsCheckingEveryTokenAlone) {
 
 // Sampling under a grammar with every filter off: only the grammar narrows the choice.
 SamplingParams unfiltered_sampling(float temperature, uint64_t seed, std::shared_ptr<GrammarConstraint> grammar) {
-  SamplingParams p;
-  p.temperature = temperature;
-  p.top_k = 0;
-  p.top_p = 1;
-  p.min_p = 0;
+  SamplingParams p = test::top_p_sampling(temperature);
   p.seed = seed;
   p.grammar = std::move(grammar);
   return p;
@@ -258,12 +254,7 @@ TEST(GrammarConstraint, EngineOutputFollowsTheGrammarOnStories) {
       Request r;
       r.prompt = prompt;
       r.max_tokens = 200;
-      r.sampling.temperature = 1.0f;
-      r.sampling.top_k = 0;
-      r.sampling.top_p = 1;
-      r.sampling.min_p = 0;
-      r.sampling.seed = static_cast<uint64_t>(seed);
-      r.sampling.grammar = json ? json_c : record_c;
+      r.sampling = unfiltered_sampling(1.0f, static_cast<uint64_t>(seed), json ? json_c : record_c);
       r.stop_tokens = ends;
       r.n = json ? 1 : 2;
       auto id = engine.add_request(r);

@@ -20,24 +20,15 @@ std::map<int32_t, int> draw_many(const SamplingParams& p, const std::vector<floa
   return counts;
 }
 
-SamplingParams plain(float temperature) {
-  SamplingParams p;
-  p.temperature = temperature;
-  p.top_k = 0;
-  p.top_p = 1;
-  p.min_p = 0;
-  return p;
-}
-
 TEST(Sampler, GreedyPicksArgmax) {
   auto l = logits_of({0.1f, 2.0f, -1.0f, 1.9f});
-  Sampler s(plain(0));
+  Sampler s(test::top_p_sampling(0));
   EXPECT_EQ(s.sample(l.data(), 4, {}), 1);
 }
 
 TEST(Sampler, SameSeedSameTokens) {
   const auto l = logits_of({1.0f, 1.1f, 0.9f, 1.05f, 0.5f});
-  SamplingParams p = plain(1.0f);
+  SamplingParams p = test::top_p_sampling(1.0f);
   p.seed = 1234;
   Sampler a(p), b(p);
   std::vector<int32_t> ta, tb;
@@ -59,12 +50,12 @@ TEST(Sampler, SameSeedSameTokens) {
 
 TEST(Sampler, TemperatureFollowsSoftmax) {
   // logits log(1), log(3): probabilities 1/4, 3/4 at temperature 1.
-  const auto counts = draw_many(plain(1.0f), logits_of({0.0f, std::log(3.0f)}), 20000);
+  const auto counts = draw_many(test::top_p_sampling(1.0f), logits_of({0.0f, std::log(3.0f)}), 20000);
   EXPECT_NEAR(counts.at(1) / 20000.0, 0.75, 0.02);
 }
 
 TEST(Sampler, TopKKeepsOnlyK) {
-  SamplingParams p = plain(1.0f);
+  SamplingParams p = test::top_p_sampling(1.0f);
   p.top_k = 2;
   const auto counts = draw_many(p, logits_of({3.0f, 2.9f, 2.8f, 2.7f}), 2000);
   EXPECT_EQ(counts.size(), 2u);
@@ -72,7 +63,7 @@ TEST(Sampler, TopKKeepsOnlyK) {
 }
 
 TEST(Sampler, TopPKeepsSmallestSufficientSet) {
-  SamplingParams p = plain(1.0f);
+  SamplingParams p = test::top_p_sampling(1.0f);
   p.top_p = 0.7f;  // probabilities 0.5, 0.3, 0.2 -> keep the first two
   const auto counts = draw_many(p, logits_of({std::log(0.5f), std::log(0.3f), std::log(0.2f)}), 4000);
   EXPECT_EQ(counts.count(2), 0u);
@@ -80,7 +71,7 @@ TEST(Sampler, TopPKeepsSmallestSufficientSet) {
 }
 
 TEST(Sampler, MinPDropsUnlikely) {
-  SamplingParams p = plain(1.0f);
+  SamplingParams p = test::top_p_sampling(1.0f);
   p.min_p = 0.5f;  // keep tokens with p >= 0.5 * p_max
   const auto counts = draw_many(p, logits_of({std::log(0.4f), std::log(0.3f), std::log(0.15f), std::log(0.15f)}), 4000);
   EXPECT_EQ(counts.count(2) + counts.count(3), 0u);
@@ -88,24 +79,24 @@ TEST(Sampler, MinPDropsUnlikely) {
 }
 
 TEST(Sampler, PenaltiesDiscourageRepeats) {
-  SamplingParams p = plain(0);
+  SamplingParams p = test::top_p_sampling(0);
   p.repeat_penalty = 2.0f;
   auto l = logits_of({1.0f, 0.8f});
   Sampler s(p);
   EXPECT_EQ(s.sample(l.data(), 2, {0}), 1);  // 1.0 / 2 < 0.8
-  p = plain(0);
+  p = test::top_p_sampling(0);
   p.frequency_penalty = 0.15f;
   Sampler f(p);
   l = logits_of({1.0f, 0.8f});
   EXPECT_EQ(f.sample(l.data(), 2, {0}), 0);  // one occurrence: 0.85 > 0.8
   l = logits_of({1.0f, 0.8f});
   EXPECT_EQ(f.sample(l.data(), 2, {0, 0}), 1);  // two: 0.7 < 0.8
-  p = plain(0);
+  p = test::top_p_sampling(0);
   p.presence_penalty = 0.3f;
   Sampler pr(p);
   l = logits_of({1.0f, 0.8f});
   EXPECT_EQ(pr.sample(l.data(), 2, {0}), 1);
-  p = plain(0);
+  p = test::top_p_sampling(0);
   p.repeat_penalty = 2.0f;
   p.penalty_last_n = 1;  // only the last token counts
   Sampler w(p);

@@ -52,11 +52,7 @@ struct Toy {
 TEST(Speculative, RejectionSamplingKeepsTheTargetDistribution) {
   for (const float temperature : {0.7f, 1.0f}) {
     for (const float top_p : {1.0f, 0.9f}) {
-      SamplingParams params;
-      params.temperature = temperature;
-      params.top_p = top_p;
-      params.top_k = 0;
-      params.min_p = 0;
+      SamplingParams params = test::top_p_sampling(temperature, top_p);
       const int k = 3;
       const Toy toy(k, 7);
       std::map<int32_t, int> with_spec, plain;  // the first token after verification, and without drafts
@@ -192,11 +188,7 @@ TEST(Speculative, SampledTokensFollowTheTargetsDistribution) {
   Generator plain(*pair.target, pool, config);
   auto spec = SpeculativeGenerator::create(*pair.target, pair.poor_draft.get(), pool, config, {.draft_max = 3});
   ASSERT_TRUE(spec.ok());
-  SamplingParams params;
-  params.temperature = 0.7f;
-  params.top_k = 0;
-  params.top_p = 0.95f;
-  params.min_p = 0;
+  SamplingParams params = test::top_p_sampling(0.7f, 0.95f);
   params.repeat_penalty = 1.3f;  // the history, kept drafts included, shapes each position
   expect_sampled_tokens_follow_the_target(**spec, plain, params);
 }
@@ -243,11 +235,7 @@ TEST(Speculative, UnderAGrammarOutputIsThePlainGenerators) {
   // Sampling, with a poor drafter: tokens 2..4 are drafted and verified.
   auto spec = SpeculativeGenerator::create(*pair.target, pair.poor_draft.get(), pool, config, {.draft_max = 3});
   ASSERT_TRUE(spec.ok());
-  SamplingParams params;
-  params.temperature = 1.0f;
-  params.top_k = 0;
-  params.top_p = 1;
-  params.min_p = 0;
+  SamplingParams params = test::top_p_sampling(1.0f);
   params.grammar = grammar.constraint;
   expect_sampled_tokens_follow_the_target(**spec, plain, params);
 }

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "sample/sampler.h"
+
 namespace kestrel::test {
 
 // KESTREL_SHARED, else ../shared next to the repository; empty when absent.
@@ -50,6 +52,16 @@ inline std::vector<float> gaussian_vector(size_t n, uint32_t seed, float scale =
 }
 
 // n consecutive token ids from `first` (toy prompts whose runs never repeat).
+// Sampling at `temperature` with top-p the only filter (top-k and min-p off): 1 leaves the distribution whole.
+inline SamplingParams top_p_sampling(float temperature, float top_p = 1.0f) {
+  SamplingParams p;
+  p.temperature = temperature;
+  p.top_k = 0;
+  p.top_p = top_p;
+  p.min_p = 0;
+  return p;
+}
+
 inline std::vector<int32_t> iota_tokens(int32_t n, int32_t first = 100) {
   std::vector<int32_t> t(static_cast<size_t>(n));
   std::iota(t.begin(), t.end(), first);
