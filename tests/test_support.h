@@ -51,7 +51,6 @@ inline std::vector<float> gaussian_vector(size_t n, uint32_t seed, float scale =
   return v;
 }
 
-// n consecutive token ids from `first` (toy prompts whose runs never repeat).
 // Sampling at `temperature` with top-p the only filter (top-k and min-p off): 1 leaves the distribution whole.
 inline SamplingParams top_p_sampling(float temperature, float top_p = 1.0f) {
   SamplingParams p;
@@ -62,6 +61,7 @@ inline SamplingParams top_p_sampling(float temperature, float top_p = 1.0f) {
   return p;
 }
 
+// n consecutive token ids from `first` (toy prompts whose runs never repeat).
 inline std::vector<int32_t> iota_tokens(int32_t n, int32_t first = 100) {
   std::vector<int32_t> t(static_cast<size_t>(n));
   std::iota(t.begin(), t.end(), first);
