@@ -370,6 +370,30 @@ TEST(Cli, BenchReportsLlamaBenchRows) {
     EXPECT_EQ(r["samples_ts"].size(), 2u);
     EXPECT_GT(r["avg_ts"].get<double>(), 0);
   }
+  // Models measured in turn: each model's rows, and the second's t/s over the first's per repetition.
+  const std::string other = test::temp_path("bench-q8.gguf");
+  ASSERT_EQ(test::run_command(kestrel_cmd("make-model -o " + other + " --type q8_0 --layers 1 2>&1"), out), 0) << out;
+  ASSERT_EQ(test::run_command(kestrel_cmd("bench -m " + model + "," + other + " -p 16 -n 0,4 -d 0,24 -r 3 -t 2 "
+                                          "--no-bandwidth --interleave-models -o json 2>/dev/null"), out), 0);
+  const auto model_rows = nlohmann::json::parse(out, nullptr, false);
+  ASSERT_TRUE(model_rows.is_array()) << out;
+  ASSERT_EQ(model_rows.size(), 6u);  // pp16, tg4, tg4@d24 per model
+  for (size_t i = 0; i < 6; ++i) {
+    const auto& r = model_rows[i];
+    EXPECT_EQ(r["model_filename"], i < 3 ? model : other);
+    EXPECT_EQ(r["samples_ts"].size(), 3u);
+    EXPECT_GT(r["avg_ts"].get<double>(), 0);  // -n 0 adds no decode row, and leaves pp16 to the repetitions
+    EXPECT_EQ(r.contains("ratio_to_first"), i >= 3);
+    if (i < 3) continue;
+    const auto& base = model_rows[i - 3];
+    EXPECT_EQ(r["test"], base["test"]);
+    ASSERT_EQ(r["ratio_to_first_samples"].size(), 3u);
+    for (size_t k = 0; k < 3; ++k)
+      EXPECT_NEAR(r["ratio_to_first_samples"][k].get<double>(),
+                  r["samples_ts"][k].get<double>() / base["samples_ts"][k].get<double>(), 1e-9);
+    EXPECT_GT(r["ratio_to_first"].get<double>(), 0);
+  }
+  std::filesystem::remove(other);
   EXPECT_NE(test::run_command(kestrel_cmd("bench -p 16 2>&1"), out), 0);  // no model
   EXPECT_NE(out.find("--model"), std::string::npos) << out;
   std::filesystem::remove(model);

@@ -1,6 +1,7 @@
 // kestrel bench: prompt-processing and generation throughput like llama-bench (-p, -n, -t, -r, -o md|json,
-// -d depth), plus batched decode of N sequences, and decode's fraction of the memory-bandwidth ceiling,
-// from the weight bytes one token reads and a read-bandwidth figure measured by the same command.
+// -d depth), plus batched decode of N sequences, rows measured in turn (depths, or models: their ratios
+// free of this shared machine's drift), and decode's fraction of the memory-bandwidth ceiling, from the
+// weight bytes one token reads and a read-bandwidth figure measured by the same command.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -36,6 +37,7 @@ struct BenchArgs {
   bool measure_bandwidth = true;
   ParallelArgs parallel;
   bool interleave_depths = false;  // decode rows of different depths measured token by token in turn
+  bool interleave_models = false;  // the -m models' rows measured in turn (decode token by token)
   std::string draft_model;          // speculative decoding rows (with --spec-ngram)
   SpecBenchArgs spec;
 };
@@ -159,31 +161,108 @@ std::vector<int32_t> random_tokens(std::mt19937& rng, int n, int n_vocab) {
   return t;
 }
 
-// Decode rows at several depths (one sequence each, same n_gen) measured together: each repetition fills
-// one sequence per depth, then generates token by token, stepping the depths' sequences in turn, so every
-// depth sees the same spells of this shared machine and their ratio (what context costs) is not a
-// comparison across minutes. The first repetition warms up.
-void measure_depths_interleaved(const Model& model, ThreadPool& pool, const BenchArgs& a, std::mt19937& rng,
-                                const std::vector<Row*>& rows, const std::vector<float>& key_centers) {
-  const int n_vocab = model.hparams().n_vocab;
+// One model and its rows.
+struct ModelRows {
+  std::string path;
+  std::unique_ptr<Model> model;
+  std::vector<float> key_centers;  // measure_key_centers(model) where keys are quantized, measured once
+  size_t file_bytes = 0, params = 0;
+  double bytes_per_token = 0;  // weight bytes one decode step reads
+  std::vector<Row> rows;
+};
+
+// The model at path with its rows (pp, then tg per depth, each followed by its batched rows); nullptr after
+// printing why not.
+std::unique_ptr<ModelRows> load_rows(const std::string& path, const BenchArgs& a, ThreadPool& pool,
+                                     const ProcessGroups* groups) {
+  auto m = std::make_unique<ModelRows>();
+  m->path = path;
+  m->model = load_model(path, true, groups);
+  if (!m->model || !kv_types_fit(*m->model, a.kv_types)) return nullptr;
+  if (kv_type_quantized(a.kv_types.k)) m->key_centers = measure_key_centers(*m->model, pool);
+  for (const TensorView& t : m->model->file().tensors()) {
+    m->file_bytes += t.n_bytes;
+    m->params += static_cast<size_t>(t.n_elements());
+  }
+  m->bytes_per_token = static_cast<double>(m->model->weight_bytes_per_token());
+  for (int np : a.n_prompt)
+    if (np > 0) m->rows.push_back({path, "pp" + std::to_string(np), np, 0, 0, 1, {}, {}, {}});
+  for (int ng : a.n_gen)
+    if (ng > 0)
+      for (int d : a.depths) {
+        m->rows.push_back({path, "tg" + std::to_string(ng) + (d ? "@d" + std::to_string(d) : ""), 0, ng, d, 1, {}, {}, {}});
+        for (int s : a.seqs)
+          m->rows.push_back({path, "tg" + std::to_string(ng) + "x" + std::to_string(s) + (d ? "@d" + std::to_string(d) : ""),
+                             0, ng, d, s, {}, {}, {}});
+      }
+  return m;
+}
+
+// A decode row (one sequence) and the model it runs on.
+struct DecodeRow {
+  ModelRows* model;
+  Row* row;
+};
+
+// Decode rows of the same n_gen (one sequence each; different depths, or models) measured together: each
+// repetition fills one sequence per row, then generates token by token, stepping the rows' sequences in
+// turn, so every row sees the same spells of this shared machine and their ratio (what context costs, or
+// one model against another) is not a comparison across minutes. The first repetition warms up.
+void measure_decode_in_turn(const std::vector<DecodeRow>& rows, ThreadPool& pool, const BenchArgs& a, std::mt19937& rng) {
   for (int rep = 0; rep <= a.repetitions; ++rep) {
     std::vector<std::unique_ptr<BenchSequences>> seqs;  // [rows]
-    for (const Row* row : rows) {
-      seqs.push_back(std::make_unique<BenchSequences>(model, pool, 1, row->depth + row->n_gen + 1, a.block_size,
-                                                      a.kv_types, key_centers));
-      if (row->depth > 0) seqs.back()->step({random_tokens(rng, row->depth, n_vocab)}, a.ubatch);
+    for (const DecodeRow& r : rows) {
+      const Model& model = *r.model->model;
+      seqs.push_back(std::make_unique<BenchSequences>(model, pool, 1, r.row->depth + r.row->n_gen + 1, a.block_size,
+                                                      a.kv_types, r.model->key_centers));
+      if (r.row->depth > 0) seqs.back()->step({random_tokens(rng, r.row->depth, model.hparams().n_vocab)}, a.ubatch);
     }
     std::vector<double> seconds(rows.size(), 0.0);  // [rows] decode time this repetition
-    for (int i = 0; i < rows[0]->n_gen; ++i)
+    for (int i = 0; i < rows[0].row->n_gen; ++i)
       for (size_t r = 0; r < rows.size(); ++r) {
-        const std::vector<std::vector<int32_t>> next{random_tokens(rng, 1, n_vocab)};
+        const std::vector<std::vector<int32_t>> next{random_tokens(rng, 1, rows[r].model->model->hparams().n_vocab)};
         Timer timer;
         seqs[r]->step(next, a.ubatch);
         seconds[r] += timer.elapsed_s();
       }
     if (rep > 0)
-      for (size_t r = 0; r < rows.size(); ++r) rows[r]->samples_ts.push_back(rows[r]->n_gen / seconds[r]);
+      for (size_t r = 0; r < rows.size(); ++r) rows[r].row->samples_ts.push_back(rows[r].row->n_gen / seconds[r]);
   }
+}
+
+// Decode rows measured in turn, grouped: rows of one n_gen and one sequence, across the models when
+// interleave_models and across the depths when interleave_depths (a group of one row is left alone).
+void measure_decode_groups(std::vector<std::unique_ptr<ModelRows>>& models, ThreadPool& pool, const BenchArgs& a,
+                           std::mt19937& rng) {
+  if (!a.interleave_models && !a.interleave_depths) return;
+  for (int ng : a.n_gen)
+    for (int d : a.depths) {
+      if (ng <= 0 || (a.interleave_depths && d != a.depths.front())) continue;  // one group for all depths
+      std::vector<DecodeRow> group;
+      for (auto& m : models)
+        for (Row& row : m->rows)
+          if (row.n_prompt == 0 && row.n_gen == ng && row.n_seqs == 1 && (a.interleave_depths || row.depth == d) &&
+              row.samples_ts.empty())
+            group.push_back({m.get(), &row});
+      if (group.size() > 1) measure_decode_in_turn(group, pool, a, rng);
+    }
+}
+
+// Per repetition of a row measured in turn on several models: its t/s over the first model's (same test).
+std::vector<double> ratios_to_first(const ModelRows& first, const Row& row) {
+  std::vector<double> ratios;
+  for (const Row& base : first.rows)
+    if (base.test == row.test)
+      for (size_t i = 0; i < std::min(base.samples_ts.size(), row.samples_ts.size()); ++i)
+        ratios.push_back(row.samples_ts[i] / base.samples_ts[i]);
+  return ratios;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 // Speculative decoding: greedy generation of each -n length with and without it, on each model; a table
@@ -253,85 +332,73 @@ int run_bench(BenchArgs& a) {
   }
   std::mt19937 rng(1234);
   std::unique_ptr<BandwidthProbe> probe;  // made on the first decode row that measures bandwidth
-  for (const std::string& path : a.models) {
-    auto model = load_model(path, true, groups.get());
-    if (!model || !kv_types_fit(*model, a.kv_types)) return 1;
-    const HParams& hp = model->hparams();
-    const std::vector<float> key_centers =  // measured once per model, not per row
-        kv_type_quantized(a.kv_types.k) ? measure_key_centers(*model, pool) : std::vector<float>{};
-    size_t file_bytes = 0, params = 0;
-    for (const TensorView& t : model->file().tensors()) {
-      file_bytes += t.n_bytes;
-      params += static_cast<size_t>(t.n_elements());
+  // One repetition of a row (rep 0 warms up and records nothing).
+  const auto measure_repetition = [&](const ModelRows& m, Row& row, int rep) {
+    // This machine's bandwidth drifts within seconds: each decode repetition's ceiling is the mean of
+    // passes right before and right after it, and the row's fraction the mean of the repetitions'.
+    const bool with_bandwidth = a.measure_bandwidth && row.n_gen > 0;
+    if (with_bandwidth && !probe) probe = std::make_unique<BandwidthProbe>();
+    const Model& model = *m.model;
+    const int n_vocab = model.hparams().n_vocab;
+    const int n_ctx = row.depth + std::max(row.n_prompt, row.n_gen) + 1;
+    BenchSequences seqs(model, pool, row.n_seqs, n_ctx, a.block_size, a.kv_types, m.key_centers);
+    if (row.depth > 0) {
+      std::vector<std::vector<int32_t>> fill;
+      for (int s = 0; s < row.n_seqs; ++s) fill.push_back(random_tokens(rng, row.depth, n_vocab));
+      seqs.step(fill, a.ubatch);
     }
-    const double bytes_per_token = static_cast<double>(model->weight_bytes_per_token());
-    std::vector<Row> rows;
-    for (int np : a.n_prompt)
-      if (np > 0) rows.push_back({path, "pp" + std::to_string(np), np, 0, 0, 1, {}, {}, {}});
-    for (int ng : a.n_gen)
-      if (ng > 0)
-        for (int d : a.depths) {
-          rows.push_back({path, "tg" + std::to_string(ng) + (d ? "@d" + std::to_string(d) : ""), 0, ng, d, 1, {}, {}, {}});
-          for (int s : a.seqs)
-            rows.push_back({path, "tg" + std::to_string(ng) + "x" + std::to_string(s) + (d ? "@d" + std::to_string(d) : ""),
-                            0, ng, d, s, {}, {}, {}});
-        }
-    const auto measure_row = [&](Row& row) {
-      // This machine's bandwidth drifts within seconds: each decode repetition's ceiling is the mean of
-      // passes right before and right after it, and the row's fraction the mean of the repetitions'.
-      const bool with_bandwidth = a.measure_bandwidth && row.n_gen > 0;
-      if (with_bandwidth && !probe) probe = std::make_unique<BandwidthProbe>();
-      for (int rep = 0; rep <= a.repetitions; ++rep) {  // rep 0 warms up
-        const int n_ctx = row.depth + std::max(row.n_prompt, row.n_gen) + 1;
-        BenchSequences seqs(*model, pool, row.n_seqs, n_ctx, a.block_size, a.kv_types, key_centers);
-        if (row.depth > 0) {
-          std::vector<std::vector<int32_t>> fill;
-          for (int s = 0; s < row.n_seqs; ++s) fill.push_back(random_tokens(rng, row.depth, hp.n_vocab));
-          seqs.step(fill, a.ubatch);
-        }
-        const bool probed = with_bandwidth && rep > 0;
-        const double bandwidth_before = probed ? probe->measure_gbs(pool) : 0;
-        Timer timer;
-        if (row.n_prompt > 0) {
-          seqs.step({random_tokens(rng, row.n_prompt, hp.n_vocab)}, a.ubatch);
-        } else {
-          for (int i = 0; i < row.n_gen; ++i) {
-            std::vector<std::vector<int32_t>> next;
-            for (int s = 0; s < row.n_seqs; ++s) next.push_back(random_tokens(rng, 1, hp.n_vocab));
-            seqs.step(next, a.ubatch);
-          }
-        }
-        const double seconds = timer.elapsed_s();
-        if (rep == 0) continue;
-        const double ts = (row.n_prompt + row.n_gen * row.n_seqs) / seconds;
-        row.samples_ts.push_back(ts);
-        if (!probed) continue;
-        const double bandwidth = (bandwidth_before + probe->measure_gbs(pool)) / 2;
-        row.bandwidth_gbs.push_back(bandwidth);
-        // Decode reads every weight once per step, whatever the number of sequences.
-        row.ceiling_fractions.push_back(bytes_per_token * ts / row.n_seqs / (bandwidth * 1e9));
+    const bool probed = with_bandwidth && rep > 0;
+    const double bandwidth_before = probed ? probe->measure_gbs(pool) : 0;
+    Timer timer;
+    if (row.n_prompt > 0) {
+      seqs.step({random_tokens(rng, row.n_prompt, n_vocab)}, a.ubatch);
+    } else {
+      for (int i = 0; i < row.n_gen; ++i) {
+        std::vector<std::vector<int32_t>> next;
+        for (int s = 0; s < row.n_seqs; ++s) next.push_back(random_tokens(rng, 1, n_vocab));
+        seqs.step(next, a.ubatch);
       }
-    };
-    if (a.interleave_depths)
-      for (int ng : a.n_gen) {
-        std::vector<Row*> same_gen;
-        for (Row& row : rows)
-          if (row.n_gen == ng && row.n_seqs == 1) same_gen.push_back(&row);
-        if (same_gen.size() > 1) measure_depths_interleaved(*model, pool, a, rng, same_gen, key_centers);
-      }
-    for (Row& row : rows) {
-      if (row.samples_ts.empty()) measure_row(row);
+    }
+    const double seconds = timer.elapsed_s();
+    if (rep == 0) return;
+    const double ts = (row.n_prompt + row.n_gen * row.n_seqs) / seconds;
+    row.samples_ts.push_back(ts);
+    if (!probed) return;
+    const double bandwidth = (bandwidth_before + probe->measure_gbs(pool)) / 2;
+    row.bandwidth_gbs.push_back(bandwidth);
+    // Decode reads every weight once per step, whatever the number of sequences.
+    row.ceiling_fractions.push_back(m.bytes_per_token * ts / row.n_seqs / (bandwidth * 1e9));
+  };
+  // Every row of models not measured in turn by measure_decode_groups, repetition by repetition with the
+  // models in turn (one model: row by row).
+  const auto measure_rest = [&](std::vector<std::unique_ptr<ModelRows>>& models) {
+    std::vector<std::pair<const ModelRows*, Row*>> rest;
+    for (auto& m : models)
+      for (Row& row : m->rows)
+        if (row.samples_ts.empty()) rest.emplace_back(m.get(), &row);
+    if (models.size() == 1) {
+      for (auto& [m, row] : rest)
+        for (int rep = 0; rep <= a.repetitions; ++rep) measure_repetition(*m, *row, rep);
+      return;
+    }
+    for (int rep = 0; rep <= a.repetitions; ++rep)
+      for (auto& [m, row] : rest) measure_repetition(*m, *row, rep);
+  };
+  // The rows of m in the table (md) and in json_rows; first: the model the others were measured in turn
+  // with, whose t/s theirs are compared to (nullptr when not interleaved).
+  const auto report = [&](const ModelRows& m, const ModelRows* first) {
+    for (const Row& row : m.rows) {
       const double bandwidth = Row::mean(row.bandwidth_gbs), fraction = Row::mean(row.ceiling_fractions);
       if (a.output == "md" && printing) {
-        std::printf("| %s | %.2f MiB | %.2f B | %d | %s | %s | %.2f ± %.2f | %s | %s |\n", path.c_str(),
-                    file_bytes / 1048576.0, params / 1e9, a.threads, kernels.c_str(), row.test.c_str(), row.avg_ts(), row.stddev_ts(),
-                    bandwidth > 0 ? std::to_string(static_cast<int>(std::lround(bandwidth))).c_str() : "",
+        std::printf("| %s | %.2f MiB | %.2f B | %d | %s | %s | %.2f ± %.2f | %s | %s |\n", m.path.c_str(),
+                    m.file_bytes / 1048576.0, m.params / 1e9, a.threads, kernels.c_str(), row.test.c_str(), row.avg_ts(),
+                    row.stddev_ts(), bandwidth > 0 ? std::to_string(static_cast<int>(std::lround(bandwidth))).c_str() : "",
                     fraction > 0 ? (std::to_string(static_cast<int>(std::lround(fraction * 100))) + "%").c_str() : "");
         std::fflush(stdout);
       }
-      json_rows.push_back({{"model_filename", path},
-                           {"model_size", file_bytes},
-                           {"model_n_params", params},
+      json_rows.push_back({{"model_filename", m.path},
+                           {"model_size", m.file_bytes},
+                           {"model_n_params", m.params},
                            {"n_threads", a.threads},
                            {"n_tp", groups->tp()},
                            {"n_pp", groups->pp()},
@@ -344,10 +411,49 @@ int run_bench(BenchArgs& a) {
                            {"avg_ts", row.avg_ts()},
                            {"stddev_ts", row.stddev_ts()},
                            {"samples_ts", row.samples_ts},
-                           {"weight_bytes_per_token", bytes_per_token},
+                           {"weight_bytes_per_token", m.bytes_per_token},
                            {"bandwidth_gbs", bandwidth},
                            {"bandwidth_fraction", fraction},
                            {"bandwidth_fraction_samples", row.ceiling_fractions}});
+      if (first && first != &m) {
+        const std::vector<double> ratios = ratios_to_first(*first, row);
+        json_rows.back()["ratio_to_first_samples"] = ratios;
+        json_rows.back()["ratio_to_first"] = median(ratios);
+      }
+    }
+  };
+  if (!a.interleave_models) {
+    for (const std::string& path : a.models) {  // one model in memory at a time
+      std::vector<std::unique_ptr<ModelRows>> one;
+      one.push_back(load_rows(path, a, pool, groups.get()));
+      if (!one[0]) return 1;
+      measure_decode_groups(one, pool, a, rng);
+      measure_rest(one);
+      report(*one[0], nullptr);
+    }
+  } else {
+    std::vector<std::unique_ptr<ModelRows>> models;
+    for (const std::string& path : a.models) {
+      models.push_back(load_rows(path, a, pool, groups.get()));
+      if (!models.back()) return 1;
+    }
+    measure_decode_groups(models, pool, a, rng);
+    measure_rest(models);
+    for (const auto& m : models) report(*m, models[0].get());
+    if (a.output == "md" && printing && models.size() > 1) {
+      std::printf("\n| test | model | t/s over %s's, median | per repetition |\n| --- | --- | ---: | --- |\n",
+                  models[0]->path.c_str());
+      for (size_t i = 1; i < models.size(); ++i)
+        for (const Row& row : models[i]->rows) {
+          const std::vector<double> ratios = ratios_to_first(*models[0], row);
+          std::string each;
+          for (double r : ratios) {
+            char buf[32];
+            std::snprintf(buf, sizeof buf, "%s%.2f", each.empty() ? "" : ", ", r);
+            each += buf;
+          }
+          std::printf("| %s | %s | %.3fx | %s |\n", row.test.c_str(), models[i]->path.c_str(), median(ratios), each.c_str());
+        }
     }
   }
   if (!a.draft_model.empty() || a.spec.spec.ngram > 0)
@@ -379,6 +485,9 @@ void add_bench(CLI::App& app, Action& run) {
   add_parallel_options(cmd, a->parallel);
   cmd->add_flag("--interleave-depths", a->interleave_depths,
                 "Measure the decode rows of the -d depths token by token in turn (their ratio free of drift)");
+  cmd->add_flag("--interleave-models", a->interleave_models,
+                "Load every -m model and measure them in turn: decode token by token, the other rows repetition by "
+                "repetition; prints each model's t/s over the first's per repetition (ratios free of drift)");
   add_cache_type_options(cmd, a->kv_types);
   add_speculative_options(cmd, a->draft_model, a->spec.spec, false);  // also measure speculative decoding
   cmd->add_option("--spec-prompt", a->spec.prompt, "Prompt of the speculative rows (greedy generation)");

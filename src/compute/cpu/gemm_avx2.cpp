@@ -212,8 +212,7 @@ void half_tile_s24(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t
             const BlockQ8A& xb = xq[static_cast<size_t>(t) * 2 * nb + 2 * b + static_cast<size_t>(a)];
             long long x8;
             std::memcpy(&x8, xb.qs + 8 * p, 8);
-            const __m256i x8v = _mm256_set1_epi64x(x8);
-          const __m256i xg = _mm256_shuffle_epi8(kQ8 ? x8v : _mm256_xor_si256(x8v, to_unsigned), ctrl);
+            const __m256i xg = _mm256_shuffle_epi8(_mm256_set1_epi64x(x8), ctrl);
             sum[t] = _mm256_add_epi32(sum[t], widen_pairs(_mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(xg, wv))));
           }
         } else {
