@@ -136,9 +136,10 @@ class BandwidthProbe {
 };
 
 struct Row {
-  std::string model, test;
+  std::string test;
   int n_prompt = 0, n_gen = 0, depth = 0, n_seqs = 1;
   std::vector<double> samples_ts;
+  std::vector<double> ratios_to_first;  // per repetition, measured in turn with other models: t/s over the first's
   std::vector<double> bandwidth_gbs;      // per repetition: mean of the passes right before and after it
   std::vector<double> ceiling_fractions;  // per repetition: decode's weight bytes per second / bandwidth
   double avg_ts() const { return mean(samples_ts); }
@@ -186,14 +187,14 @@ std::unique_ptr<ModelRows> load_rows(const std::string& path, const BenchArgs& a
   }
   m->bytes_per_token = static_cast<double>(m->model->weight_bytes_per_token());
   for (int np : a.n_prompt)
-    if (np > 0) m->rows.push_back({path, "pp" + std::to_string(np), np, 0, 0, 1, {}, {}, {}});
+    if (np > 0) m->rows.push_back({"pp" + std::to_string(np), np, 0, 0, 1, {}, {}, {}, {}});
   for (int ng : a.n_gen)
     if (ng > 0)
       for (int d : a.depths) {
-        m->rows.push_back({path, "tg" + std::to_string(ng) + (d ? "@d" + std::to_string(d) : ""), 0, ng, d, 1, {}, {}, {}});
+        m->rows.push_back({"tg" + std::to_string(ng) + (d ? "@d" + std::to_string(d) : ""), 0, ng, d, 1, {}, {}, {}, {}});
         for (int s : a.seqs)
-          m->rows.push_back({path, "tg" + std::to_string(ng) + "x" + std::to_string(s) + (d ? "@d" + std::to_string(d) : ""),
-                             0, ng, d, s, {}, {}, {}});
+          m->rows.push_back({"tg" + std::to_string(ng) + "x" + std::to_string(s) + (d ? "@d" + std::to_string(d) : ""), 0,
+                             ng, d, s, {}, {}, {}, {}});
       }
   return m;
 }
@@ -237,7 +238,7 @@ void measure_decode_groups(std::vector<std::unique_ptr<ModelRows>>& models, Thre
   if (!a.interleave_models && !a.interleave_depths) return;
   for (int ng : a.n_gen)
     for (int d : a.depths) {
-      if (ng <= 0 || (a.interleave_depths && d != a.depths.front())) continue;  // one group for all depths
+      if (a.interleave_depths && d != a.depths.front()) continue;  // one group for all depths
       std::vector<DecodeRow> group;
       for (auto& m : models)
         for (Row& row : m->rows)
@@ -248,14 +249,15 @@ void measure_decode_groups(std::vector<std::unique_ptr<ModelRows>>& models, Thre
     }
 }
 
-// Per repetition of a row measured in turn on several models: its t/s over the first model's (same test).
-std::vector<double> ratios_to_first(const ModelRows& first, const Row& row) {
-  std::vector<double> ratios;
-  for (const Row& base : first.rows)
-    if (base.test == row.test)
-      for (size_t i = 0; i < std::min(base.samples_ts.size(), row.samples_ts.size()); ++i)
-        ratios.push_back(row.samples_ts[i] / base.samples_ts[i]);
-  return ratios;
+// Row::ratios_to_first of every row of models[1..] (measured in turn with models[0]): per repetition, its t/s
+// over models[0]'s row of the same test.
+void set_ratios_to_first(std::vector<std::unique_ptr<ModelRows>>& models) {
+  for (size_t m = 1; m < models.size(); ++m)
+    for (Row& row : models[m]->rows)
+      for (const Row& base : models[0]->rows)
+        if (base.test == row.test)
+          for (size_t i = 0; i < std::min(base.samples_ts.size(), row.samples_ts.size()); ++i)
+            row.ratios_to_first.push_back(row.samples_ts[i] / base.samples_ts[i]);
 }
 
 double median(std::vector<double> v) {
@@ -263,6 +265,21 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// The md table of each model's rows against the first's (models measured in turn).
+void print_ratios_to_first(const std::vector<std::unique_ptr<ModelRows>>& models) {
+  std::printf("\n| test | model | t/s over %s's, median | per repetition |\n| --- | --- | ---: | --- |\n", models[0]->path.c_str());
+  for (size_t i = 1; i < models.size(); ++i)
+    for (const Row& row : models[i]->rows) {
+      std::string each;
+      for (double r : row.ratios_to_first) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%s%.2f", each.empty() ? "" : ", ", r);
+        each += buf;
+      }
+      std::printf("| %s | %s | %.3fx | %s |\n", row.test.c_str(), models[i]->path.c_str(), median(row.ratios_to_first), each.c_str());
+    }
 }
 
 // Speculative decoding: greedy generation of each -n length with and without it, on each model; a table
@@ -384,9 +401,8 @@ int run_bench(BenchArgs& a) {
     for (int rep = 0; rep <= a.repetitions; ++rep)
       for (auto& [m, row] : rest) measure_repetition(*m, *row, rep);
   };
-  // The rows of m in the table (md) and in json_rows; first: the model the others were measured in turn
-  // with, whose t/s theirs are compared to (nullptr when not interleaved).
-  const auto report = [&](const ModelRows& m, const ModelRows* first) {
+  // The rows of m in the table (md) and in json_rows (with their ratios to the first model's when measured in turn).
+  const auto report = [&](const ModelRows& m) {
     for (const Row& row : m.rows) {
       const double bandwidth = Row::mean(row.bandwidth_gbs), fraction = Row::mean(row.ceiling_fractions);
       if (a.output == "md" && printing) {
@@ -415,10 +431,9 @@ int run_bench(BenchArgs& a) {
                            {"bandwidth_gbs", bandwidth},
                            {"bandwidth_fraction", fraction},
                            {"bandwidth_fraction_samples", row.ceiling_fractions}});
-      if (first && first != &m) {
-        const std::vector<double> ratios = ratios_to_first(*first, row);
-        json_rows.back()["ratio_to_first_samples"] = ratios;
-        json_rows.back()["ratio_to_first"] = median(ratios);
+      if (!row.ratios_to_first.empty()) {
+        json_rows.back()["ratio_to_first_samples"] = row.ratios_to_first;
+        json_rows.back()["ratio_to_first"] = median(row.ratios_to_first);
       }
     }
   };
@@ -429,7 +444,7 @@ int run_bench(BenchArgs& a) {
       if (!one[0]) return 1;
       measure_decode_groups(one, pool, a, rng);
       measure_rest(one);
-      report(*one[0], nullptr);
+      report(*one[0]);
     }
   } else {
     std::vector<std::unique_ptr<ModelRows>> models;
@@ -439,22 +454,9 @@ int run_bench(BenchArgs& a) {
     }
     measure_decode_groups(models, pool, a, rng);
     measure_rest(models);
-    for (const auto& m : models) report(*m, models[0].get());
-    if (a.output == "md" && printing && models.size() > 1) {
-      std::printf("\n| test | model | t/s over %s's, median | per repetition |\n| --- | --- | ---: | --- |\n",
-                  models[0]->path.c_str());
-      for (size_t i = 1; i < models.size(); ++i)
-        for (const Row& row : models[i]->rows) {
-          const std::vector<double> ratios = ratios_to_first(*models[0], row);
-          std::string each;
-          for (double r : ratios) {
-            char buf[32];
-            std::snprintf(buf, sizeof buf, "%s%.2f", each.empty() ? "" : ", ", r);
-            each += buf;
-          }
-          std::printf("| %s | %s | %.3fx | %s |\n", row.test.c_str(), models[i]->path.c_str(), median(ratios), each.c_str());
-        }
-    }
+    set_ratios_to_first(models);
+    for (const auto& m : models) report(*m);
+    if (a.output == "md" && printing && models.size() > 1) print_ratios_to_first(models);
   }
   if (!a.draft_model.empty() || a.spec.spec.ngram > 0)
     if (int rc = measure_speculative(a, pool, json_rows); rc != 0) return rc;
