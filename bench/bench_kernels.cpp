@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "compute/cpu/dot.h"
+#include "compute/cpu/isa.h"
 #include "compute/ops.h"
 #include "core/fp16.h"
 #include "core/large_buffer.h"
@@ -133,6 +134,65 @@ void BM_PackedGemvStream(benchmark::State& state, DType type, Isa isa) {
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * packed->bytes()));
 }
+
+// One decode step's GEMMs of a TinyLlama-1.1B-shaped model, `type` in its 22 layers (q k v in one pass, o,
+// gate and up in one pass, down) and Q8_0 in the 32000-row output, each layer's weights packed in memory
+// of their own (1.2 GB for Q8_0), through the engine's matmul entry points with two threads on the
+// detected ISA: the weight streaming of decode with its passes, without attention and the other
+// per-token work, so a pruned or quantized type's whole-model ratio can be split into the GEMMs' and the rest's.
+void BM_ModelDecodeGemms(benchmark::State& state, DType type) {
+  const int64_t d = 2048, kv = 256, ff = 5632, vocab = 32000, layers = 22;
+  if (!kestrel::PackedMatrix::supports(type, d, d, kestrel::detected_isa())) {
+    state.SkipWithError("no packed kernel for this type on this ISA");
+    return;
+  }
+  std::mt19937 rng(1);
+  struct Source { std::vector<uint8_t> bytes; kestrel::WeightMatrix m; };
+  auto source = [&](int64_t n_in, int64_t n_out, DType t) {
+    Source s;
+    s.bytes = random_weights(t, static_cast<size_t>(n_in), static_cast<size_t>(n_out), rng);
+    s.m = kestrel::WeightMatrix{t, n_in, n_out, s.bytes.data(), kestrel::row_bytes(t, static_cast<size_t>(n_in))};
+    return s;
+  };
+  Source q = source(d, d, type), k = source(d, kv, type), v = source(d, kv, type), o = source(d, d, type),
+         gate = source(d, ff, type), up = source(d, ff, type), down = source(ff, d, type), out = source(d, vocab, DType::Q8_0);
+  std::vector<std::unique_ptr<kestrel::PackedMatrix>> packs;
+  size_t bytes = 0;
+  auto packed = [&](const Source& s) {
+    packs.push_back(std::make_unique<kestrel::PackedMatrix>(std::move(*kestrel::PackedMatrix::pack(s.m))));
+    bytes += packs.back()->bytes();
+    kestrel::WeightMatrix w = s.m;
+    w.packed = packs.back().get();
+    return w;
+  };
+  struct Layer { kestrel::WeightMatrix q, k, v, o, gate, up, down; };
+  std::vector<Layer> ls;
+  for (int64_t l = 0; l < layers; ++l) ls.push_back({packed(q), packed(k), packed(v), packed(o), packed(gate), packed(up), packed(down)});
+  const kestrel::WeightMatrix output = packed(out);
+  kestrel::ThreadPool pool(2);
+  // x [d] the residual stream (reset per layer: only the weights' traffic matters), ya / yb [ff] gate / up,
+  // yq [d], yk / yv [kv], logits [vocab]
+  std::vector<float> x(static_cast<size_t>(d), 0.5f), ya(static_cast<size_t>(ff)), yb(static_cast<size_t>(ff)),
+      yq(static_cast<size_t>(d)), yk(kv), yv(kv), logits(static_cast<size_t>(vocab));
+  for (auto _ : state) {
+    for (const Layer& l : ls) {
+      const kestrel::WeightMatrix qkv[] = {l.q, l.k, l.v};
+      float* const outs[] = {yq.data(), yk.data(), yv.data()};
+      kestrel::ops::matmul_many(pool, qkv, kestrel::ops::MatmulInput{x.data()}, outs, 1);
+      kestrel::ops::matmul(pool, l.o, yq.data(), x.data(), 1, kestrel::ops::Accumulate::Yes);
+      kestrel::ops::matmul_swiglu(pool, l.gate, l.up, kestrel::ops::MatmulInput{x.data()}, ya.data(), yb.data(), 1);
+      kestrel::ops::matmul(pool, l.down, ya.data(), x.data(), 1, kestrel::ops::Accumulate::Yes);
+      std::fill(x.begin(), x.end(), 0.5f);
+    }
+    kestrel::ops::matmul(pool, output, x.data(), logits.data(), 1, kestrel::ops::Accumulate::No);
+    benchmark::DoNotOptimize(logits.data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
+}
+BENCHMARK_CAPTURE(BM_ModelDecodeGemms, Q8_0, DType::Q8_0)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_ModelDecodeGemms, S24_Q8, DType::S24_Q8)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_ModelDecodeGemms, Q4_0, DType::Q4_0)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_ModelDecodeGemms, S24_Q4, DType::S24_Q4)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // The packed float GEMM (F16/BF16 weights): the layout this ISA level packs into (BF16x16 with AVX-512
 // BF16, else the Fma16 layouts), n_rows x 2048 weights against n_tok float tokens, one thread.
