@@ -137,7 +137,7 @@ void BM_PackedGemvStream(benchmark::State& state, DType type, Isa isa) {
 
 // One decode step's GEMMs of a TinyLlama-1.1B-shaped model, `type` in its 22 layers (q k v in one pass, o,
 // gate and up in one pass, down) and Q8_0 in the 32000-row output, each layer's weights packed in memory
-// of their own (1.2 GB for Q8_0), through the engine's matmul entry points with two threads on the
+// of their own (1.1 GB for Q8_0), through the engine's matmul entry points with two threads on the
 // detected ISA: the weight streaming of decode with its passes, without attention and the other
 // per-token work, so a pruned or quantized type's whole-model ratio can be split into the GEMMs' and the rest's.
 void BM_ModelDecodeGemms(benchmark::State& state, DType type) {
