@@ -3,8 +3,10 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
-#include <memory>
+#include <deque>
+#include <optional>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 #include "compute/cpu/dot.h"
@@ -34,6 +36,18 @@ std::vector<uint8_t> random_weights(DType type, size_t n_in, size_t n_rows, std:
   }
   return w;
 }
+
+// An n_rows x n_in weight matrix of `type` (random_weights) with the bytes it points at; movable (the
+// vector's buffer moves with it), not copyable.
+struct RandomMatrix {
+  std::vector<uint8_t> bytes;  // [n_rows, row bytes]
+  kestrel::WeightMatrix m;
+  RandomMatrix(DType type, size_t n_in, size_t n_rows, std::mt19937& rng)
+      : bytes(random_weights(type, n_in, n_rows, rng)),
+        m{type, static_cast<int64_t>(n_in), static_cast<int64_t>(n_rows), bytes.data(), kestrel::row_bytes(type, n_in)} {}
+  RandomMatrix(RandomMatrix&&) = default;
+  RandomMatrix(const RandomMatrix&) = delete;
+};
 
 // [n_tok, n_in / 32] 8-bit activation blocks of N(0, 1) values.
 std::vector<kestrel::BlockQ8A> random_q8_activations(size_t n_in, int n_tok, std::mt19937& rng) {
@@ -84,15 +98,13 @@ void BM_MatVecQ8(benchmark::State& state, DType type, Isa isa, int n_tok) {
 // tokens. 2048 rows fit in cache; 32768 rows (64 MiB of Q8_0) stream from memory.
 void BM_PackedGemm(benchmark::State& state, DType type, Isa isa, int n_tok, size_t n_rows) {
   const size_t n_in = 2048;
-  const size_t rb = kestrel::row_bytes(type, n_in);
-  std::mt19937 rng(1);
-  const std::vector<uint8_t> w = random_weights(type, n_in, n_rows, rng);  // [n_rows, row bytes]
-  kestrel::WeightMatrix m{type, static_cast<int64_t>(n_in), static_cast<int64_t>(n_rows), w.data(), rb};
   if (!kestrel::PackedMatrix::supports(type, n_in, n_rows, isa)) {
     state.SkipWithError("no packed kernel for this type on this ISA");
     return;
   }
-  const auto packed = kestrel::PackedMatrix::pack(m);
+  std::mt19937 rng(1);
+  const RandomMatrix w(type, n_in, n_rows, rng);
+  const auto packed = kestrel::PackedMatrix::pack(w.m, isa);
   const std::vector<kestrel::BlockQ8A> xq = random_q8_activations(n_in, n_tok, rng);  // [n_tok, nb]
   std::vector<float> y(n_rows * n_tok);
   const auto gemm = kestrel::packed_gemm_kernel(packed->layout, isa);
@@ -142,27 +154,23 @@ void BM_PackedGemvStream(benchmark::State& state, DType type, Isa isa) {
 // per-token work, so a pruned or quantized type's whole-model ratio can be split into the GEMMs' and the rest's.
 void BM_ModelDecodeGemms(benchmark::State& state, DType type) {
   const int64_t d = 2048, kv = 256, ff = 5632, vocab = 32000, layers = 22;
-  if (!kestrel::PackedMatrix::supports(type, d, d, kestrel::detected_isa())) {
-    state.SkipWithError("no packed kernel for this type on this ISA");
-    return;
-  }
+  struct Shape { DType type; int64_t n_in, n_out; };
+  for (const Shape& s : {Shape{type, d, d}, Shape{type, d, kv}, Shape{type, d, ff}, Shape{type, ff, d}, Shape{DType::Q8_0, d, vocab}})
+    if (!kestrel::PackedMatrix::supports(s.type, s.n_in, s.n_out, kestrel::detected_isa())) {
+      state.SkipWithError("no packed kernel for a matrix of the model on this ISA");
+      return;
+    }
   std::mt19937 rng(1);
-  struct Source { std::vector<uint8_t> bytes; kestrel::WeightMatrix m; };
-  auto source = [&](int64_t n_in, int64_t n_out, DType t) {
-    Source s;
-    s.bytes = random_weights(t, static_cast<size_t>(n_in), static_cast<size_t>(n_out), rng);
-    s.m = kestrel::WeightMatrix{t, n_in, n_out, s.bytes.data(), kestrel::row_bytes(t, static_cast<size_t>(n_in))};
-    return s;
-  };
-  Source q = source(d, d, type), k = source(d, kv, type), v = source(d, kv, type), o = source(d, d, type),
-         gate = source(d, ff, type), up = source(d, ff, type), down = source(ff, d, type), out = source(d, vocab, DType::Q8_0);
-  std::vector<std::unique_ptr<kestrel::PackedMatrix>> packs;
+  const RandomMatrix q(type, d, d, rng), k(type, d, kv, rng), v(type, d, kv, rng), o(type, d, d, rng),
+      gate(type, d, ff, rng), up(type, d, ff, rng), down(type, ff, d, rng), out(DType::Q8_0, d, vocab, rng);
+  std::deque<kestrel::PackedMatrix> packs;  // every layer's own copy of the packed weights
   size_t bytes = 0;
-  auto packed = [&](const Source& s) {
-    packs.push_back(std::make_unique<kestrel::PackedMatrix>(std::move(*kestrel::PackedMatrix::pack(s.m))));
-    bytes += packs.back()->bytes();
-    kestrel::WeightMatrix w = s.m;
-    w.packed = packs.back().get();
+  auto packed = [&](const RandomMatrix& source) {
+    std::optional<kestrel::PackedMatrix> p = kestrel::PackedMatrix::pack(source.m);
+    if (!p) throw std::runtime_error("PackedMatrix::pack refused a shape that supports() accepts");
+    bytes += p->bytes();
+    kestrel::WeightMatrix w = source.m;
+    w.packed = &packs.emplace_back(std::move(*p));
     return w;
   };
   struct Layer { kestrel::WeightMatrix q, k, v, o, gate, up, down; };
@@ -189,20 +197,18 @@ void BM_ModelDecodeGemms(benchmark::State& state, DType type) {
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
 }
-BENCHMARK_CAPTURE(BM_ModelDecodeGemms, Q8_0, DType::Q8_0)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_ModelDecodeGemms, S24_Q8, DType::S24_Q8)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_ModelDecodeGemms, Q4_0, DType::Q4_0)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_ModelDecodeGemms, S24_Q4, DType::S24_Q4)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // The packed float GEMM (F16/BF16 weights): the layout this ISA level packs into (BF16x16 with AVX-512
 // BF16, else the Fma16 layouts), n_rows x 2048 weights against n_tok float tokens, one thread.
 void BM_PackedGemmFloat(benchmark::State& state, DType type, Isa isa, int n_tok, size_t n_rows) {
   const size_t n_in = 2048;
   std::mt19937 rng(1);
-  const std::vector<uint8_t> w = random_weights(type, n_in, n_rows, rng);  // [n_rows, row bytes]
-  const kestrel::WeightMatrix m{type, static_cast<int64_t>(n_in), static_cast<int64_t>(n_rows), w.data(),
-                                kestrel::row_bytes(type, n_in)};
-  const auto packed = kestrel::PackedMatrix::pack(m, isa);
+  const RandomMatrix w(type, n_in, n_rows, rng);
+  const auto packed = kestrel::PackedMatrix::pack(w.m, isa);
+  if (!packed) {
+    state.SkipWithError("no packed layout for this type on this ISA");
+    return;
+  }
   std::vector<float> x(n_in * static_cast<size_t>(n_tok));  // [n_tok, n_in]
   std::normal_distribution<float> dist(0, 1);
   for (auto& v : x) v = dist(rng);
@@ -362,6 +368,10 @@ void register_all() {
       benchmark::RegisterBenchmark(
           (std::string("matvec_2048x2048/") + kestrel::dtype_name(type) + "/" + kestrel::isa_name(isa)).c_str(),
           BM_MatVec, type, isa);
+  for (DType type : {DType::Q8_0, DType::S24_Q8, DType::Q4_0, DType::S24_Q4})
+    benchmark::RegisterBenchmark((std::string("BM_ModelDecodeGemms/") + kestrel::dtype_name(type)).c_str(), BM_ModelDecodeGemms, type)
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
 }
 
 }  // namespace

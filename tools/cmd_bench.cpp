@@ -329,6 +329,112 @@ int measure_speculative(const BenchArgs& a, ThreadPool& pool, nlohmann::json& js
   return 0;
 }
 
+// Measures rows one repetition at a time: the options, the pool, the token stream every row draws from, and
+// the bandwidth probe (made on the first decode row that measures bandwidth).
+struct RowMeasurer {
+  const BenchArgs& a;
+  ThreadPool& pool;
+  std::mt19937& rng;
+  std::unique_ptr<BandwidthProbe> probe;
+
+  void repetition(const ModelRows& m, Row& row, int rep);
+  void rest(std::vector<std::unique_ptr<ModelRows>>& models);
+};
+
+// One repetition of a row (rep 0 warms up and records nothing).
+void RowMeasurer::repetition(const ModelRows& m, Row& row, int rep) {
+  // This machine's bandwidth drifts within seconds: each decode repetition's ceiling is the mean of
+  // passes right before and right after it, and the row's fraction the mean of the repetitions'.
+  const bool with_bandwidth = a.measure_bandwidth && row.n_gen > 0;
+  if (with_bandwidth && !probe) probe = std::make_unique<BandwidthProbe>();
+  const Model& model = *m.model;
+  const int n_vocab = model.hparams().n_vocab;
+  const int n_ctx = row.depth + std::max(row.n_prompt, row.n_gen) + 1;
+  BenchSequences seqs(model, pool, row.n_seqs, n_ctx, a.block_size, a.kv_types, m.key_centers);
+  if (row.depth > 0) {
+    std::vector<std::vector<int32_t>> fill;
+    for (int s = 0; s < row.n_seqs; ++s) fill.push_back(random_tokens(rng, row.depth, n_vocab));
+    seqs.step(fill, a.ubatch);
+  }
+  const bool probed = with_bandwidth && rep > 0;
+  const double bandwidth_before = probed ? probe->measure_gbs(pool) : 0;
+  Timer timer;
+  if (row.n_prompt > 0) {
+    seqs.step({random_tokens(rng, row.n_prompt, n_vocab)}, a.ubatch);
+  } else {
+    for (int i = 0; i < row.n_gen; ++i) {
+      std::vector<std::vector<int32_t>> next;
+      for (int s = 0; s < row.n_seqs; ++s) next.push_back(random_tokens(rng, 1, n_vocab));
+      seqs.step(next, a.ubatch);
+    }
+  }
+  const double seconds = timer.elapsed_s();
+  if (rep == 0) return;
+  const double ts = (row.n_prompt + row.n_gen * row.n_seqs) / seconds;
+  row.samples_ts.push_back(ts);
+  if (!probed) return;
+  const double bandwidth = (bandwidth_before + probe->measure_gbs(pool)) / 2;
+  row.bandwidth_gbs.push_back(bandwidth);
+  // Decode reads every weight once per step, whatever the number of sequences.
+  row.ceiling_fractions.push_back(m.bytes_per_token * ts / row.n_seqs / (bandwidth * 1e9));
+}
+
+// Every row of models not measured in turn by measure_decode_groups. Models measured side by side
+// (interleave_models) take their repetitions in turn, so each sees the same spells of this shared machine;
+// one model runs each row's repetitions back to back, as llama-bench does.
+void RowMeasurer::rest(std::vector<std::unique_ptr<ModelRows>>& models) {
+  std::vector<std::pair<const ModelRows*, Row*>> rest;
+  for (auto& m : models)
+    for (Row& row : m->rows)
+      if (row.samples_ts.empty()) rest.emplace_back(m.get(), &row);
+  if (models.size() == 1) {
+    for (auto& [m, row] : rest)
+      for (int rep = 0; rep <= a.repetitions; ++rep) repetition(*m, *row, rep);
+    return;
+  }
+  for (int rep = 0; rep <= a.repetitions; ++rep)
+    for (auto& [m, row] : rest) repetition(*m, *row, rep);
+}
+
+// The rows of m in the table (md, on the printing rank) and in json_rows (with their ratios to the first
+// model's when measured in turn); kernels names the ISA and the split.
+void report_rows(const ModelRows& m, const BenchArgs& a, const ProcessGroups& groups, const std::string& kernels,
+                 bool printing, nlohmann::json& json_rows) {
+  for (const Row& row : m.rows) {
+    const double bandwidth = Row::mean(row.bandwidth_gbs), fraction = Row::mean(row.ceiling_fractions);
+    if (a.output == "md" && printing) {
+      std::printf("| %s | %.2f MiB | %.2f B | %d | %s | %s | %.2f ± %.2f | %s | %s |\n", m.path.c_str(),
+                  m.file_bytes / 1048576.0, m.params / 1e9, a.threads, kernels.c_str(), row.test.c_str(), row.avg_ts(),
+                  row.stddev_ts(), bandwidth > 0 ? std::to_string(static_cast<int>(std::lround(bandwidth))).c_str() : "",
+                  fraction > 0 ? (std::to_string(static_cast<int>(std::lround(fraction * 100))) + "%").c_str() : "");
+      std::fflush(stdout);
+    }
+    json_rows.push_back({{"model_filename", m.path},
+                         {"model_size", m.file_bytes},
+                         {"model_n_params", m.params},
+                         {"n_threads", a.threads},
+                         {"n_tp", groups.tp()},
+                         {"n_pp", groups.pp()},
+                         {"kernels", kernels},
+                         {"test", row.test},
+                         {"n_prompt", row.n_prompt},
+                         {"n_gen", row.n_gen},
+                         {"n_depth", row.depth},
+                         {"n_seqs", row.n_seqs},
+                         {"avg_ts", row.avg_ts()},
+                         {"stddev_ts", row.stddev_ts()},
+                         {"samples_ts", row.samples_ts},
+                         {"weight_bytes_per_token", m.bytes_per_token},
+                         {"bandwidth_gbs", bandwidth},
+                         {"bandwidth_fraction", fraction},
+                         {"bandwidth_fraction_samples", row.ceiling_fractions}});
+    if (!row.ratios_to_first.empty()) {
+      json_rows.back()["ratio_to_first_samples"] = row.ratios_to_first;
+      json_rows.back()["ratio_to_first"] = median(row.ratios_to_first);
+    }
+  }
+}
+
 int run_bench(BenchArgs& a) {
   // Split over processes: every rank runs the same rows on the same (seeded) tokens, so their messages pair
   // up; rank 0 times and prints. The ranks' bandwidth probes would compete, so none runs.
@@ -348,103 +454,15 @@ int run_bench(BenchArgs& a) {
     std::printf("| --- | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: |\n");
   }
   std::mt19937 rng(1234);
-  std::unique_ptr<BandwidthProbe> probe;  // made on the first decode row that measures bandwidth
-  // One repetition of a row (rep 0 warms up and records nothing).
-  const auto measure_repetition = [&](const ModelRows& m, Row& row, int rep) {
-    // This machine's bandwidth drifts within seconds: each decode repetition's ceiling is the mean of
-    // passes right before and right after it, and the row's fraction the mean of the repetitions'.
-    const bool with_bandwidth = a.measure_bandwidth && row.n_gen > 0;
-    if (with_bandwidth && !probe) probe = std::make_unique<BandwidthProbe>();
-    const Model& model = *m.model;
-    const int n_vocab = model.hparams().n_vocab;
-    const int n_ctx = row.depth + std::max(row.n_prompt, row.n_gen) + 1;
-    BenchSequences seqs(model, pool, row.n_seqs, n_ctx, a.block_size, a.kv_types, m.key_centers);
-    if (row.depth > 0) {
-      std::vector<std::vector<int32_t>> fill;
-      for (int s = 0; s < row.n_seqs; ++s) fill.push_back(random_tokens(rng, row.depth, n_vocab));
-      seqs.step(fill, a.ubatch);
-    }
-    const bool probed = with_bandwidth && rep > 0;
-    const double bandwidth_before = probed ? probe->measure_gbs(pool) : 0;
-    Timer timer;
-    if (row.n_prompt > 0) {
-      seqs.step({random_tokens(rng, row.n_prompt, n_vocab)}, a.ubatch);
-    } else {
-      for (int i = 0; i < row.n_gen; ++i) {
-        std::vector<std::vector<int32_t>> next;
-        for (int s = 0; s < row.n_seqs; ++s) next.push_back(random_tokens(rng, 1, n_vocab));
-        seqs.step(next, a.ubatch);
-      }
-    }
-    const double seconds = timer.elapsed_s();
-    if (rep == 0) return;
-    const double ts = (row.n_prompt + row.n_gen * row.n_seqs) / seconds;
-    row.samples_ts.push_back(ts);
-    if (!probed) return;
-    const double bandwidth = (bandwidth_before + probe->measure_gbs(pool)) / 2;
-    row.bandwidth_gbs.push_back(bandwidth);
-    // Decode reads every weight once per step, whatever the number of sequences.
-    row.ceiling_fractions.push_back(m.bytes_per_token * ts / row.n_seqs / (bandwidth * 1e9));
-  };
-  // Every row of models not measured in turn by measure_decode_groups, repetition by repetition with the
-  // models in turn (one model: row by row).
-  const auto measure_rest = [&](std::vector<std::unique_ptr<ModelRows>>& models) {
-    std::vector<std::pair<const ModelRows*, Row*>> rest;
-    for (auto& m : models)
-      for (Row& row : m->rows)
-        if (row.samples_ts.empty()) rest.emplace_back(m.get(), &row);
-    if (models.size() == 1) {
-      for (auto& [m, row] : rest)
-        for (int rep = 0; rep <= a.repetitions; ++rep) measure_repetition(*m, *row, rep);
-      return;
-    }
-    for (int rep = 0; rep <= a.repetitions; ++rep)
-      for (auto& [m, row] : rest) measure_repetition(*m, *row, rep);
-  };
-  // The rows of m in the table (md) and in json_rows (with their ratios to the first model's when measured in turn).
-  const auto report = [&](const ModelRows& m) {
-    for (const Row& row : m.rows) {
-      const double bandwidth = Row::mean(row.bandwidth_gbs), fraction = Row::mean(row.ceiling_fractions);
-      if (a.output == "md" && printing) {
-        std::printf("| %s | %.2f MiB | %.2f B | %d | %s | %s | %.2f ± %.2f | %s | %s |\n", m.path.c_str(),
-                    m.file_bytes / 1048576.0, m.params / 1e9, a.threads, kernels.c_str(), row.test.c_str(), row.avg_ts(),
-                    row.stddev_ts(), bandwidth > 0 ? std::to_string(static_cast<int>(std::lround(bandwidth))).c_str() : "",
-                    fraction > 0 ? (std::to_string(static_cast<int>(std::lround(fraction * 100))) + "%").c_str() : "");
-        std::fflush(stdout);
-      }
-      json_rows.push_back({{"model_filename", m.path},
-                           {"model_size", m.file_bytes},
-                           {"model_n_params", m.params},
-                           {"n_threads", a.threads},
-                           {"n_tp", groups->tp()},
-                           {"n_pp", groups->pp()},
-                           {"kernels", kernels},
-                           {"test", row.test},
-                           {"n_prompt", row.n_prompt},
-                           {"n_gen", row.n_gen},
-                           {"n_depth", row.depth},
-                           {"n_seqs", row.n_seqs},
-                           {"avg_ts", row.avg_ts()},
-                           {"stddev_ts", row.stddev_ts()},
-                           {"samples_ts", row.samples_ts},
-                           {"weight_bytes_per_token", m.bytes_per_token},
-                           {"bandwidth_gbs", bandwidth},
-                           {"bandwidth_fraction", fraction},
-                           {"bandwidth_fraction_samples", row.ceiling_fractions}});
-      if (!row.ratios_to_first.empty()) {
-        json_rows.back()["ratio_to_first_samples"] = row.ratios_to_first;
-        json_rows.back()["ratio_to_first"] = median(row.ratios_to_first);
-      }
-    }
-  };
+  RowMeasurer measurer{a, pool, rng, nullptr};
   if (!a.interleave_models) {
     for (const std::string& path : a.models) {  // one model in memory at a time
       std::vector<std::unique_ptr<ModelRows>> one;
       one.push_back(load_rows(path, a, pool, groups.get()));
       if (!one[0]) return 1;
       measure_decode_groups(one, pool, a, rng);
-      measure_rest(one);
-      report(*one[0]);
+      measurer.rest(one);
+      report_rows(*one[0], a, *groups, kernels, printing, json_rows);
     }
   } else {
     std::vector<std::unique_ptr<ModelRows>> models;
@@ -453,9 +471,9 @@ int run_bench(BenchArgs& a) {
       if (!models.back()) return 1;
     }
     measure_decode_groups(models, pool, a, rng);
-    measure_rest(models);
+    measurer.rest(models);
     set_ratios_to_first(models);
-    for (const auto& m : models) report(*m);
+    for (const auto& m : models) report_rows(*m, a, *groups, kernels, printing, json_rows);
     if (a.output == "md" && printing && models.size() > 1) print_ratios_to_first(models);
   }
   if (!a.draft_model.empty() || a.spec.spec.ngram > 0)
