@@ -4,9 +4,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <mutex>
 #include <numeric>
 #include <set>
 #include <thread>
@@ -73,6 +75,30 @@ TEST(ThreadPool, CoversRangeExactlyOnce) {
       for (size_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 50) << threads << " threads, n=" << n << " i=" << i;
     }
   }
+}
+
+// A loop of fewer than two grains is not worth a hand-off: the calling thread runs all of it in one call.
+TEST(ThreadPool, LoopsOfUnderTwoGrainsRunInlineInOneCall) {
+  ThreadPool pool(2);
+  for (bool dynamic : {false, true})
+    for (size_t n : {1u, 5u, 7u, 8u}) {
+      std::vector<std::array<size_t, 3>> calls;  // (begin, end, thread): only the caller appends, or the check fails
+      std::mutex mutex;
+      const auto body = [&](size_t b, size_t e, int thread) {
+        std::lock_guard<std::mutex> lock(mutex);
+        calls.push_back({b, e, static_cast<size_t>(thread)});
+      };
+      if (dynamic) pool.parallel_for_dynamic(n, 4, body);
+      else pool.parallel_for(n, 4, body);
+      if (n < 8) {
+        ASSERT_EQ(calls.size(), 1u) << n;
+        EXPECT_EQ(calls[0], (std::array<size_t, 3>{0, n, 0})) << n;
+      } else {
+        size_t covered = 0;
+        for (const auto& c : calls) covered += c[1] - c[0];
+        EXPECT_EQ(covered, n);
+      }
+    }
 }
 
 // Dynamic loops: each thread starts on its own contiguous half, and a thread whose items go fast takes over

@@ -8,6 +8,7 @@
 #include "compute/cpu/dot.h"
 #include "compute/cpu/elementwise.h"
 #include "compute/cpu/packed_matrix.h"
+#include "compute/cpu/task_grain.h"
 #include "compute/cpu/q8_activations.h"
 #include "compute/ref/ref_ops.h"
 #include "core/fp16.h"
@@ -202,18 +203,19 @@ TEST(Kernels, PackedBf16GemmMatchesReference) {
   }
 }
 
-// The F16/BF16 weights widened in registers (the Fma16 layouts): exact weights, float activations, in
-// decode tiles (one token, whole rows) and prefill tiles (input chunks added up in y).
+// The F16/BF16 weights widened in registers, and F32 weights (the Fma16 layouts): exact weights, float
+// activations, in decode tiles (one token, whole rows) and prefill tiles (input chunks added up in y).
 // The 2:4 F16 layout too: its sparse decode tiles (up to 4 tokens) and the dense prefill of expanded groups.
 TEST(Kernels, PackedFloatGemmMatchesReferenceOnEveryIsa) {
   const size_t n_in = 1024, n_out = 48;
-  for (DType type : {DType::F16, DType::BF16, DType::S24_F16}) {
+  for (DType type : {DType::F16, DType::BF16, DType::F32, DType::S24_F16}) {
     const auto bytes = quantized(type, random_vector(n_in * n_out, 92, 0.05f), n_in);
     const WeightMatrix m{type, static_cast<int64_t>(n_in), static_cast<int64_t>(n_out), bytes.data(), row_bytes(type, n_in)};
     const auto packed = PackedMatrix::pack(m, Isa::Avx2);
     ASSERT_TRUE(packed.has_value());
     ASSERT_EQ(packed->layout, type == DType::F16    ? PackedLayout::F16Fma16
                               : type == DType::BF16 ? PackedLayout::BF16Fma16
+                              : type == DType::F32  ? PackedLayout::F32Fma16
                                                     : PackedLayout::S24_F16x16);
     const PackedGemmF32Fn reference = packed_gemm_f32_reference(packed->layout);
     for (int n_tok : {1, 2, 3, 4, 6, 7, 13, 40, 100}) {  // 100: more than one token block of the prefill loop
@@ -423,9 +425,10 @@ TEST(Kernels, MatmulMatchesReference) {
 TEST(Kernels, MatmulSwigluMatchesProjectionsThenActivation) {
   ThreadPool pool(2);
   const size_t n_in = 256, n_ff = 160;
-  const std::pair<DType, DType> pairs[] = {{DType::Q4_0, DType::Q4_0}, {DType::Q4_K, DType::Q6_K},
-                                           {DType::Q8_0, DType::Q8_0}, {DType::F32, DType::F32}};
-  for (const auto& [gate_type, up_type] : pairs) {
+  struct Pair { DType gate, up; bool packed; };  // unpacked: the row-dot path
+  const Pair pairs[] = {{DType::Q4_0, DType::Q4_0, true}, {DType::Q4_K, DType::Q6_K, true}, {DType::Q8_0, DType::Q8_0, true},
+                        {DType::F32, DType::F32, true}, {DType::F32, DType::F32, false}};
+  for (const auto& [gate_type, up_type, use_packed] : pairs) {
     const auto gate_bytes = quantized(gate_type, random_vector(n_in * n_ff, 90, 0.05f), n_in);
     const auto up_bytes = quantized(up_type, random_vector(n_in * n_ff, 91, 0.05f), n_in);
     WeightMatrix gate{gate_type, static_cast<int64_t>(n_in), static_cast<int64_t>(n_ff), gate_bytes.data(),
@@ -433,8 +436,8 @@ TEST(Kernels, MatmulSwigluMatchesProjectionsThenActivation) {
     WeightMatrix up{up_type, static_cast<int64_t>(n_in), static_cast<int64_t>(n_ff), up_bytes.data(),
                     row_bytes(up_type, n_in)};
     const auto gate_packed = PackedMatrix::pack(gate), up_packed = PackedMatrix::pack(up);
-    ASSERT_EQ(gate_packed.has_value(), gate_type != DType::F32);
-    if (gate_packed) gate.packed = &*gate_packed, up.packed = &*up_packed;
+    ASSERT_TRUE(gate_packed.has_value() && up_packed.has_value());
+    if (use_packed) gate.packed = &*gate_packed, up.packed = &*up_packed;
     for (int n_tok : {1, 5, 11}) {
       SCOPED_TRACE(std::string(dtype_name(gate_type)) + "/" + dtype_name(up_type) + " n_tok=" + std::to_string(n_tok));
       const auto x = random_vector(n_in * n_tok, 92);
@@ -780,4 +783,15 @@ TEST(Quantize, HalfPrecisionConversions) {
 }
 
 }  // namespace
+
+TEST(TaskGrain, TasksHoldTheLeastWorkInWholeTiles) {
+  EXPECT_EQ(grain_for_macs(kMinTaskMacs), 1u);
+  EXPECT_EQ(grain_for_macs(2 * kMinTaskMacs), 1u);
+  EXPECT_EQ(grain_for_macs(kMinTaskMacs - 1), 2u);
+  EXPECT_EQ(grain_for_macs(64), kMinTaskMacs / 64);
+  EXPECT_EQ(grain_for_macs(kMinTaskMacs, 16), 16u);       // at least min_items
+  EXPECT_EQ(grain_for_macs(kMinTaskMacs / 20, 16), 32u);  // 20 items, rounded up to whole tiles of 16
+  EXPECT_EQ(grain_for_macs(0), kMinTaskMacs);             // no division by zero
+}
+
 }  // namespace kestrel

@@ -116,7 +116,7 @@ void ThreadPool::parallel_for_dynamic(size_t n, size_t min_chunk, const std::fun
 void ThreadPool::run(size_t n, size_t grain, bool dynamic, const std::function<void(size_t, size_t, int)>& body) {
   if (n == 0) return;
   grain = std::max<size_t>(1, grain);
-  if (n_threads_ == 1 || n <= grain) return body(0, n, 0);  // one thread: nothing to balance
+  if (n_threads_ == 1 || n < 2 * grain) return body(0, n, 0);  // one thread, or too little work to hand out
   if (n / grain >= 0xFFFFFFFFu) grain *= n / grain / 0xFFFFFFFEu + 1;  // ranges pack two 32-bit grain counts
   body_ = &body;
   n_ = n;

@@ -36,7 +36,8 @@ class ThreadPool {
   int n_threads() const { return n_threads_; }
 
   // Runs body(begin, end, thread_index) over [0, n) split into contiguous chunks, one per thread, and
-  // returns when all chunks are done. Chunk boundaries are multiples of `grain`. thread_index is the
+  // returns when all chunks are done. Chunk boundaries are multiples of `grain`, the least work worth
+  // handing to another thread: a loop of fewer than two grains runs on the calling thread, in one call. thread_index is the
   // thread that runs the call (for per-thread scratch); a thread whose own chunk is done runs a chunk no
   // other thread has started, so one thread may make several calls.
   void parallel_for(size_t n, size_t grain, const std::function<void(size_t, size_t, int)>& body);
@@ -46,7 +47,8 @@ class ThreadPool {
   // left (never fewer than `min_chunk` items); a thread whose range is empty takes the back half of
   // another's. A thread's consecutive takes are thus contiguous (streaming kernels keep prefetching
   // across them) and the threads finish close together. For loops of many equal-cost items (the row
-  // groups of a GEMM). Each body call covers one chunk; a thread may make several calls.
+  // groups of a GEMM). Each body call covers one chunk; a thread may make several calls. A loop of fewer
+  // than two min_chunks runs on the calling thread, in one call.
   void parallel_for_dynamic(size_t n, size_t min_chunk, const std::function<void(size_t, size_t, int)>& body);
 
  private:

@@ -10,6 +10,7 @@
 #include "compute/cpu/attention.h"
 #include "compute/cpu/isa.h"
 #include "compute/cpu/kv_store_head.h"
+#include "compute/cpu/task_grain.h"
 #include "compute/kv_rotation.h"
 #include "compute/ops.h"
 #include "core/fp16.h"
@@ -142,12 +143,21 @@ AttendFn attend_kernel(const KvLayerView& kv, Isa isa) {
   return attend_float_kernel(type, isa);
 }
 
+// Multiply-adds of one (token, KV head) item of an attention call, on average over its tokens (each query head
+// of the group meets every key it sees twice: scores and values), for the loops' grain (task_grain.h).
+size_t attention_item_macs(const KvLayerView& kv, const AttentionRows& rows, int group) {
+  if (rows.positions.empty()) return 1;
+  size_t keys = 0;
+  for (const int32_t p : rows.positions) keys += static_cast<size_t>(p) + 1;
+  return keys / rows.positions.size() * static_cast<size_t>(group) * static_cast<size_t>(kv.k_dim + kv.v_dim);
+}
+
 // Generic path: one (token, KV head) at a time, key by key, each key's rows decoded once for the heads
 // that share them (in the original basis: read_k / read_v undo rotations).
 void attention_generic(ThreadPool& pool, const float* q, const KvLayerView& kv, const AttentionRows& rows, float* out,
                        int n_tok, int n_heads, float scale) {
   const int group = n_heads / kv.n_kv_heads;
-  pool.parallel_for(static_cast<size_t>(n_tok) * kv.n_kv_heads, 1, [&](size_t begin, size_t end, int) {
+  pool.parallel_for(static_cast<size_t>(n_tok) * kv.n_kv_heads, grain_for_macs(attention_item_macs(kv, rows, group)), [&](size_t begin, size_t end, int) {
     std::vector<float> acc(static_cast<size_t>(group) * kv.v_dim);  // [group, v_dim]
     std::vector<float> k_row(static_cast<size_t>(kv.k_dim)), v_row(static_cast<size_t>(kv.v_dim));
     std::vector<float> running_max(static_cast<size_t>(group)), denom(static_cast<size_t>(group));
@@ -257,7 +267,7 @@ void attention_paged_on(Isa isa, ThreadPool& pool, const float* q, const KvLayer
   // Split items only: [items][parts][group][v_dim] outputs and [items][parts][group][2] softmax states.
   std::vector<float> part_out(parts > 1 ? items * parts * group * kv.v_dim : 0);
   std::vector<float> part_state(parts > 1 ? items * parts * group * 2 : 0);
-  pool.parallel_for(items * parts, 1, [&](size_t begin, size_t end, int) {
+  pool.parallel_for(items * parts, grain_for_macs(attention_item_macs(kv, rows, group) / static_cast<size_t>(parts)), [&](size_t begin, size_t end, int) {
     float scratch[kAttendMaxDim];  // one rotated K row
     std::vector<float> q_rotated(rotated ? static_cast<size_t>(group) * kv.k_dim : 0);  // [group, k_dim]
     for (size_t work = begin; work < end; ++work) {

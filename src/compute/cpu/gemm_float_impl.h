@@ -1,7 +1,7 @@
-// Float GEMM on 16-row packed F16 / BF16 weights (the F16Fma16 / BF16Fma16 layouts: per input, the 16 rows'
-// weights side by side), the weights exact (no rounding), written once against a vector interface V
-// (simd_*.h: W float lanes; load of fp16 and of bf16 bits; fma) and compiled per ISA: included only by the
-// ISA files, after their V. Internal linkage.
+// Float GEMM on 16-row packed F16 / BF16 / F32 weights (the F16Fma16 / BF16Fma16 / F32Fma16 layouts: per
+// input, the 16 rows' weights side by side), the weights exact (no rounding), written once against a vector
+// interface V (simd_*.h: W float lanes; load of floats, of fp16 and of bf16 bits; fma) and compiled per ISA:
+// included only by the ISA files, after their V. Internal linkage.
 //
 // The register tile is 16 rows (R = 16 / W vectors, lanes = rows) by up to 6 tokens' broadcast activations,
 // so the FMA units set the pace (AVX2: 12 accumulators of 16 registers; NEON: 24 of 32). Decode (up to 6
@@ -22,14 +22,20 @@ namespace {
 constexpr int kFloatTileTokens = 6;          // tokens per register tile
 constexpr int64_t kFloatGroupChunk = 4;      // row groups widened together (prefill)
 constexpr size_t kFloatChunkInputs = 256;    // inputs widened together: 4 x 16 rows x 256 x 4 bytes = 64 KB
-constexpr size_t kFloatPrefetchBlocks = 4;   // how far ahead weights are prefetched (1 KB blocks)
+constexpr size_t kFloatPrefetchBlocks = 4;   // how far ahead weights are prefetched (blocks of 1 or 2 KB)
 constexpr int kFloatBlockTokens = 16 * kFloatTileTokens;  // tokens whose chunk of activations stays in L2
 
-template <class V, bool kBf16>
+// The packed weights' element type, and its bytes.
+enum class FloatWeights { F16, BF16, F32 };
+template <FloatWeights E>
+constexpr size_t kWeightBytes = E == FloatWeights::F32 ? 4 : 2;
+
+// W consecutive weights at p as floats.
+template <class V, FloatWeights E>
 inline typename V::type widen(const uint8_t* p) {
-  const auto* bits = reinterpret_cast<const uint16_t*>(p);
-  if constexpr (kBf16) return V::load_bf16(bits);
-  else return V::load(bits);
+  if constexpr (E == FloatWeights::F32) return V::load(reinterpret_cast<const float*>(p));
+  else if constexpr (E == FloatWeights::BF16) return V::load_bf16(reinterpret_cast<const uint16_t*>(p));
+  else return V::load(reinterpret_cast<const uint16_t*>(p));
 }
 
 // The register tile: y[t, 16 rows] (+)= sum over k < n_k of w(k)[16] * x_t[k], where w(k, out) gives the R
@@ -74,7 +80,7 @@ inline void any_float_tile(int n, const Weights& w, size_t n_k, const float* x, 
 }
 
 // Few tokens (decode): each group's rows streamed once from memory, widened as they are used.
-template <class V, bool kBf16>
+template <class V, FloatWeights E>
 void float_gemm_streaming(PackedView w, const float* x, int n_tok, float* y, size_t ys, int64_t group_begin,
                           int64_t group_end) {
   constexpr int R = 16 / V::W;
@@ -83,9 +89,13 @@ void float_gemm_streaming(PackedView w, const float* x, int n_tok, float* y, siz
     const uint8_t* group = w.data + static_cast<size_t>(g) * nb * w.block_bytes;
     const uint8_t* after = g + 1 < group_end ? group + nb * w.block_bytes : w.next;
     const auto weights = [&](size_t k, typename V::type* out) {
-      const uint8_t* p = group + 32 * k;  // input k's 16 halves (blocks are 32 inputs of 32 bytes)
-      if (k % 32 == 0) prefetch_block(block_ahead(p, k / 32, kFloatPrefetchBlocks, nb, w.block_bytes, after), w.block_bytes);
-      for (int r = 0; r < R; ++r) out[r] = widen<V, kBf16>(p + 2 * V::W * r);
+      const uint8_t* p = group + 16 * kWeightBytes<E> * k;  // input k's 16 weights (blocks are 32 inputs of them)
+      // One line ahead per line consumed (a burst of a block's 16-32 lines at once stalls on the miss buffers).
+      const size_t b = k / 32, in_block = (k % 32) * 16 * kWeightBytes<E>;
+      if (in_block % 64 == 0)
+        if (const uint8_t* a = block_ahead(group + b * w.block_bytes, b, kFloatPrefetchBlocks, nb, w.block_bytes, after))
+          prefetch_line(a + in_block);
+      for (int r = 0; r < R; ++r) out[r] = widen<V, E>(p + kWeightBytes<E> * V::W * r);
     };
     any_float_tile<V>(n_tok, weights, n_in, x, n_in, y + static_cast<size_t>(g) * 16, ys, w.accumulate);
   }
@@ -93,7 +103,7 @@ void float_gemm_streaming(PackedView w, const float* x, int n_tok, float* y, siz
 
 // Many tokens (prefill): a chunk of kFloatChunkInputs inputs of kFloatGroupChunk groups is widened once into
 // an fp32 buffer, and every token tile passes over one group's part of it at a time (in L1).
-template <class V, bool kBf16>
+template <class V, FloatWeights E>
 void float_gemm_widened(PackedView w, const float* x, int n_tok, float* y, size_t ys, int64_t group_begin,
                         int64_t group_end) {
   constexpr int R = 16 / V::W;
@@ -104,9 +114,10 @@ void float_gemm_widened(PackedView w, const float* x, int n_tok, float* y, size_
     for (size_t i0 = 0; i0 < n_in; i0 += kFloatChunkInputs) {
       const size_t n_k = n_in - i0 < kFloatChunkInputs ? n_in - i0 : kFloatChunkInputs;
       for (int64_t g = 0; g < n_groups; ++g) {
-        const uint8_t* src = w.data + static_cast<size_t>(g0 + g) * nb * w.block_bytes + 32 * i0;
+        const uint8_t* src = w.data + static_cast<size_t>(g0 + g) * nb * w.block_bytes + 16 * kWeightBytes<E> * i0;
         for (size_t k = 0; k < n_k; ++k)
-          for (int r = 0; r < R; ++r) V::store(widened[g][k] + V::W * r, widen<V, kBf16>(src + 32 * k + 2 * V::W * r));
+          for (int r = 0; r < R; ++r)
+            V::store(widened[g][k] + V::W * r, widen<V, E>(src + 16 * kWeightBytes<E> * k + kWeightBytes<E> * V::W * r));
       }
       const bool add = w.accumulate || i0 > 0;
       // Token blocks whose activations (96 x 1 KB) stay in L2 while each group's widened weights (16 KB,
@@ -126,17 +137,18 @@ void float_gemm_widened(PackedView w, const float* x, int n_tok, float* y, size_
   }
 }
 
-template <class V, bool kBf16>
+template <class V, FloatWeights E>
 void float_gemm(PackedView w, const float* x, int n_tok, float* y, size_t ys, int64_t group_begin, int64_t group_end) {
-  if (n_tok <= kFloatTileTokens) return float_gemm_streaming<V, kBf16>(w, x, n_tok, y, ys, group_begin, group_end);
-  float_gemm_widened<V, kBf16>(w, x, n_tok, y, ys, group_begin, group_end);
+  if (n_tok <= kFloatTileTokens) return float_gemm_streaming<V, E>(w, x, n_tok, y, ys, group_begin, group_end);
+  float_gemm_widened<V, E>(w, x, n_tok, y, ys, group_begin, group_end);
 }
 
 template <class V>
 PackedGemmF32Fn float_gemm_table(PackedLayout layout) {
   switch (layout) {
-    case PackedLayout::F16Fma16: return float_gemm<V, false>;
-    case PackedLayout::BF16Fma16: return float_gemm<V, true>;
+    case PackedLayout::F16Fma16: return float_gemm<V, FloatWeights::F16>;
+    case PackedLayout::BF16Fma16: return float_gemm<V, FloatWeights::BF16>;
+    case PackedLayout::F32Fma16: return float_gemm<V, FloatWeights::F32>;
     default: return nullptr;
   }
 }

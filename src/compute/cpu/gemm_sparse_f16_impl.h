@@ -41,7 +41,7 @@ void sparse_f16_prefill(PackedView w, const float* x, int n_tok, float* y, size_
     const int64_t n = group_end - g0 < kFloatGroupChunk ? group_end - g0 : kFloatGroupChunk;
     for (int64_t i = 0; i < n; ++i) expand_sparse_f16_group(w, g0 + i, dense + static_cast<size_t>(i) * group_bytes);
     const PackedView d{dense, w.n_blocks * 2, 1024, nullptr, w.accumulate};
-    float_gemm<V, false>(d, x, n_tok, y + static_cast<size_t>(g0) * 16, ys, 0, n);
+    float_gemm<V, FloatWeights::F16>(d, x, n_tok, y + static_cast<size_t>(g0) * 16, ys, 0, n);
   }
 }
 

@@ -7,6 +7,7 @@
 #include "compute/cpu/dot.h"
 #include "compute/cpu/elementwise.h"
 #include "compute/cpu/packed_matrix.h"
+#include "compute/cpu/task_grain.h"
 #include "compute/cpu/w8a8_gemm.h"
 #include "compute/ops.h"
 #include "core/fp16.h"
@@ -21,9 +22,12 @@ constexpr int kQuantizeInPassTokens = 8;  // up to this many tokens, each GEMM t
 bool packed_q8(const WeightMatrix& w) { return w.packed && packed_layout_is_integer(w.packed->layout); }
 
 // GEMM threads walk their own contiguous share of the row groups and steal from each other's when done
-// (ThreadPool::parallel_for_dynamic), down to one group, so a thread whose core is also busy does less of
-// the GEMM and both finish together.
-constexpr size_t kMinGroupsPerTake = 1;
+// (ThreadPool::parallel_for_dynamic), down to one group (or as many as make a task: task_grain.h), so a
+// thread whose core is also busy does less of the GEMM and both finish together. matrices: how many
+// matrices' groups a take covers at once (matmul_swiglu's gate and up).
+size_t groups_per_take(const PackedMatrix& p, int n_tok, size_t matrices = 1) {
+  return grain_for_macs(matrices * PackedMatrix::kRows * static_cast<size_t>(p.n_in) * static_cast<size_t>(n_tok));
+}
 
 // xq[n_in / 32] <- one input row, RMS-normalised first when in.norm_weight is set.
 void quantize_input_row(const MatmulInput& in, size_t t, size_t n_in, BlockQ8A* xq) {
@@ -32,11 +36,11 @@ void quantize_input_row(const MatmulInput& in, size_t t, size_t n_in, BlockQ8A* 
   quantize_q8a_kernel(detected_isa())(row, xq, n_in);
 }
 
-// xq[n_tok, n_in / 32] <- in[n_tok, n_in], one token per task.
+// xq[n_tok, n_in / 32] <- in[n_tok, n_in], whole tokens per task.
 std::vector<BlockQ8A> quantize_rows(ThreadPool& pool, const MatmulInput& in, size_t n_in, int n_tok) {
   const size_t nb = n_in / 32;
   std::vector<BlockQ8A> xq(static_cast<size_t>(n_tok) * nb);
-  pool.parallel_for(static_cast<size_t>(n_tok), 1, [&](size_t begin, size_t end, int) {
+  pool.parallel_for(static_cast<size_t>(n_tok), grain_for_macs(n_in), [&](size_t begin, size_t end, int) {
     for (size_t t = begin; t < end; ++t) quantize_input_row(in, t, n_in, xq.data() + t * nb);
   });
   return xq;
@@ -90,7 +94,7 @@ void packed_q8_gemm(ThreadPool& pool, std::span<const WeightMatrix> ws, const Ma
   PassInput input(pool, in, static_cast<size_t>(ws[0].n_in), n_tok);
   std::vector<size_t> first_group(ws.size() + 1, 0);  // [n_matrices + 1] prefix sums of group counts
   for (size_t i = 0; i < ws.size(); ++i) first_group[i + 1] = first_group[i] + static_cast<size_t>(ws[i].packed->n_groups());
-  pool.parallel_for_dynamic(first_group.back(), kMinGroupsPerTake, [&](size_t begin, size_t end, int thread) {
+  pool.parallel_for_dynamic(first_group.back(), groups_per_take(*ws[0].packed, n_tok), [&](size_t begin, size_t end, int thread) {
     const BlockQ8A* xq = input.for_thread(thread);
     for (size_t i = 0; i < ws.size(); ++i) {
       const size_t b = std::max(begin, first_group[i]), e = std::min(end, first_group[i + 1]);
@@ -137,7 +141,7 @@ void matmul_swiglu(ThreadPool& pool, const WeightMatrix& gate, const WeightMatri
   PassInput input(pool, in, static_cast<size_t>(gate.n_in), n_tok);
   const SiluMulFn silu_mul_rows = silu_mul_kernel(detected_isa());
   const size_t rows = PackedMatrix::kRows;
-  pool.parallel_for_dynamic(static_cast<size_t>(gate.packed->n_groups()), kMinGroupsPerTake,
+  pool.parallel_for_dynamic(static_cast<size_t>(gate.packed->n_groups()), groups_per_take(*gate.packed, n_tok, 2),
                             [&](size_t begin, size_t end, int thread) {
                               const BlockQ8A* xq = input.for_thread(thread);
                               // gate's groups stream on into up's, and up's into gate's next groups
@@ -163,16 +167,15 @@ void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, float* y, i
     });
     const PackedGemmBf16Fn gemm = packed_gemm_bf16_kernel(detected_isa());
     const size_t n_groups = static_cast<size_t>(w.packed->n_groups());
-    pool.parallel_for_dynamic(n_groups, kMinGroupsPerTake, [&](size_t begin, size_t end, int) {
+    pool.parallel_for_dynamic(n_groups, groups_per_take(*w.packed, n_tok), [&](size_t begin, size_t end, int) {
       gemm(w.packed->view(w.packed->after_group(static_cast<int64_t>(end), nullptr), add_into_y), xb.data(), n_tok, y, n_out, static_cast<int64_t>(begin), static_cast<int64_t>(end));
     });
     return;
   }
-  if (w.packed && (w.packed->layout == PackedLayout::F16Fma16 || w.packed->layout == PackedLayout::BF16Fma16 ||
-                   w.packed->layout == PackedLayout::S24_F16x16)) {
-    // F16/BF16 weights (dense or 2:4) widened in registers, float activations as they are.
+  if (w.packed && !packed_layout_is_integer(w.packed->layout)) {
+    // F16/BF16 weights (dense or 2:4) widened in registers, or F32 weights, float activations as they are.
     const PackedGemmF32Fn gemm = packed_gemm_f32_kernel(w.packed->layout, detected_isa());
-    pool.parallel_for_dynamic(static_cast<size_t>(w.packed->n_groups()), kMinGroupsPerTake, [&](size_t begin, size_t end, int) {
+    pool.parallel_for_dynamic(static_cast<size_t>(w.packed->n_groups()), groups_per_take(*w.packed, n_tok), [&](size_t begin, size_t end, int) {
       gemm(w.packed->view(w.packed->after_group(static_cast<int64_t>(end), nullptr), add_into_y), x, n_tok, y, n_out,
            static_cast<int64_t>(begin), static_cast<int64_t>(end));
     });
@@ -192,7 +195,7 @@ void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, float* y, i
     // and tokens in groups of kDotQ8MaxTokens, so each weight row is decoded once per token group.
     const size_t nb = n_in / 32;
     const std::vector<BlockQ8A> xq = quantize_rows(pool, MatmulInput{x}, n_in, n_tok);  // [n_tok, n_in / 32]
-    pool.parallel_for(n_out, kRowTile, [&](size_t begin, size_t end, int) {
+    pool.parallel_for(n_out, grain_for_macs(n_in * static_cast<size_t>(n_tok), static_cast<size_t>(kRowTile)), [&](size_t begin, size_t end, int) {
       for (size_t r0 = begin; r0 < end; r0 += kRowTile) {
         const size_t r1 = std::min<size_t>(end, r0 + kRowTile);
         for (int t0 = 0; t0 < n_tok; t0 += kDotQ8MaxTokens) {
@@ -206,7 +209,7 @@ void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, float* y, i
   }
   if (n_tok <= kDirectMaxTokens || w.type == DType::F32) {
     const DotFn dot = dot_kernel(w.type);
-    pool.parallel_for(n_out, 8, [&](size_t begin, size_t end, int) {
+    pool.parallel_for(n_out, grain_for_macs(n_in * static_cast<size_t>(n_tok), 8), [&](size_t begin, size_t end, int) {
       for (size_t r = begin; r < end; ++r) {
         const uint8_t* row = w.row(static_cast<int64_t>(r));
         for (int t = 0; t < n_tok; ++t) y[t * n_out + r] = dot(row, x + t * n_in, n_in);
@@ -215,7 +218,7 @@ void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, float* y, i
     return;
   }
   const DotFn dot_f32 = dot_kernel(DType::F32);
-  pool.parallel_for(n_out, kRowTile, [&](size_t begin, size_t end, int) {
+  pool.parallel_for(n_out, grain_for_macs(n_in * static_cast<size_t>(n_tok), static_cast<size_t>(kRowTile)), [&](size_t begin, size_t end, int) {
     std::vector<float> tile(static_cast<size_t>(kRowTile) * n_in);  // [kRowTile, n_in] decoded rows
     for (size_t r0 = begin; r0 < end; r0 += kRowTile) {
       const size_t rows = std::min<size_t>(kRowTile, end - r0);

@@ -84,7 +84,7 @@ bool PackedMatrix::supports(DType type, int64_t n_in, int64_t n_out, Isa isa) {
   const bool x86 = isa_includes(isa, Isa::Avx2);
   if (const LayoutInfo* l = integer_layout(type))
     return n_in % l->block_inputs == 0 && (x86 || (isa == Isa::Neon && packed_gemm_kernel_neon(l->layout) != nullptr));
-  if (type == DType::F16 || type == DType::BF16) return n_in % 32 == 0 && (x86 || isa == Isa::Neon);
+  if (type == DType::F16 || type == DType::BF16 || type == DType::F32) return n_in % 32 == 0 && (x86 || isa == Isa::Neon);
   if (type == DType::S24_F16)
     return n_in % 64 == 0 && ((x86 && packed_gemm_f32_kernel_avx2(PackedLayout::S24_F16x16)) ||
                               (isa == Isa::Neon && packed_gemm_f32_kernel_neon(PackedLayout::S24_F16x16)));
@@ -105,6 +105,10 @@ std::optional<PackedMatrix> PackedMatrix::pack(const WeightMatrix& w, Isa isa) {
     else p.layout = w.type == DType::F16 ? PackedLayout::F16Fma16 : PackedLayout::BF16Fma16;
     p.block_inputs = 32;
     p.block_bytes = 1024;
+  } else if (w.type == DType::F32) {
+    p.layout = PackedLayout::F32Fma16;
+    p.block_inputs = 32;
+    p.block_bytes = 2048;
   } else if (w.type == DType::S24_F16) {
     p.layout = PackedLayout::S24_F16x16;
     p.block_inputs = 64;
@@ -236,6 +240,10 @@ std::optional<PackedMatrix> PackedMatrix::pack(const WeightMatrix& w, Isa isa) {
             for (int k = 0; k < 32; ++k) halves[k * kRows + i] = src[k];
           }
           break;
+        case PackedLayout::F32Fma16:
+          for (int i = 0; i < kRows; ++i)
+            for (int k = 0; k < 32; ++k) std::memcpy(out + 4 * (k * kRows + i), row_block(i) + 4 * k, 4);
+          break;
         case PackedLayout::Q6_Kx16: {
           uint8_t codes[kRows][256];  // [row][input]
           for (int i = 0; i < kRows; ++i) {
@@ -278,6 +286,9 @@ void unpack_block_row(PackedLayout layout, const uint8_t* blk, int i, float* out
       break;
     case PackedLayout::BF16Fma16:
       for (int k = 0; k < 32; ++k) out[k] = bf16_to_fp32(halves[k * 16 + i]);
+      break;
+    case PackedLayout::F32Fma16:
+      for (int k = 0; k < 32; ++k) std::memcpy(out + k, blk + 4 * (k * 16 + i), 4);
       break;
     case PackedLayout::Q4_0x16:
       for (int k = 0; k < 32; ++k) out[k] = fp16_to_fp32(halves[i]) * (nibble_tile_value(blk + 32, i, k) - 8);

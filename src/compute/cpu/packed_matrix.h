@@ -34,6 +34,7 @@
 //   F16Fma16 / BF16Fma16 (32 inputs): 32 x 16 weights as in the file (fp16 or bf16 bits), input-major:
 //                         (input k, row) at 2 * (16 k + row); widened to fp32 in registers and multiplied
 //                         with float activations by FMA (exact: no rounding of the weights).        1024 bytes
+//   F32Fma16 (32 inputs):  32 x 16 fp32 weights, input-major: (input k, row) at 4 * (16 k + row).        2048 bytes
 // The 2:4 sparse layouts (64 inputs: one file block of quant/sparse24.h per row), each ending in the keep
 // masks, 16 bytes per pair v of 4-input groups (2v, 2v + 1) (compute/cpu/packed_sparse24.h):
 //   S24_Q8x16:  fp16 d[16]; per pair v 64 bytes, byte 4 r + m = row r's kept value m (m = 0, 1: group 2v's;
@@ -55,12 +56,13 @@ namespace kestrel {
 
 enum class PackedLayout {
   Q4_0x16, Q8_0x16, Q4_Kx16, Q6_Kx16, BF16x16, F16Fma16, BF16Fma16, Q4_1x16, Q5_0x16, Q5_1x16, Q5_Kx16, Q2_Kx16, Q3_Kx16,
-  S24_Q8x16, S24_Q4x16, S24_F16x16
+  S24_Q8x16, S24_Q4x16, S24_F16x16, F32Fma16
 };
 
 // Whether the layout is multiplied by 8-bit activation blocks (PackedGemmFn).
 inline bool packed_layout_is_integer(PackedLayout l) {
-  return l != PackedLayout::BF16x16 && l != PackedLayout::F16Fma16 && l != PackedLayout::BF16Fma16 && l != PackedLayout::S24_F16x16;
+  return l != PackedLayout::BF16x16 && l != PackedLayout::F16Fma16 && l != PackedLayout::BF16Fma16 && l != PackedLayout::S24_F16x16 &&
+         l != PackedLayout::F32Fma16;
 }
 // Inputs per packed block: 256 for the K-quant layouts, 64 for the 2:4 ones, else 32.
 constexpr int packed_block_inputs(PackedLayout l) {
@@ -117,7 +119,8 @@ struct PackedMatrix {
   // kernel on this ISA level.
   static bool supports(DType type, int64_t n_in, int64_t n_out, Isa isa);
   // A packed copy of w in the layout for this ISA level's kernels (F16 and BF16: BF16x16 where the CPU has
-  // AVX-512 BF16, else the Fma16 layouts), or nullopt when the type or shape has no packed layout.
+  // AVX-512 BF16, else the Fma16 layouts; F32: F32Fma16), or nullopt when the type or shape has no packed
+  // layout.
   static std::optional<PackedMatrix> pack(const WeightMatrix& w, Isa isa = detected_isa());
 };
 

@@ -73,6 +73,7 @@ PackedGemmF32Fn packed_gemm_f32_reference(PackedLayout layout) {
   switch (layout) {
     case PackedLayout::F16Fma16: return f32_reference<PackedLayout::F16Fma16>;
     case PackedLayout::BF16Fma16: return f32_reference<PackedLayout::BF16Fma16>;
+    case PackedLayout::F32Fma16: return f32_reference<PackedLayout::F32Fma16>;
     case PackedLayout::S24_F16x16: return f32_reference<PackedLayout::S24_F16x16>;
     default: return nullptr;
   }
@@ -83,6 +84,7 @@ PackedGemmFn packed_gemm_reference(PackedLayout layout) {
     case PackedLayout::BF16x16: return nullptr;  // takes bf16 activations: packed_gemm_bf16_reference
     case PackedLayout::F16Fma16:
     case PackedLayout::BF16Fma16:
+    case PackedLayout::F32Fma16:
     case PackedLayout::S24_F16x16: return nullptr;  // take float activations: packed_gemm_f32_reference
     case PackedLayout::Q4_0x16: return reference<PackedLayout::Q4_0x16>;
     case PackedLayout::Q8_0x16: return reference<PackedLayout::Q8_0x16>;
