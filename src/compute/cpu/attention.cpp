@@ -144,12 +144,15 @@ AttendFn attend_kernel(const KvLayerView& kv, Isa isa) {
 }
 
 // Multiply-adds of one (token, KV head) item of an attention call, on average over its tokens (each query head
-// of the group meets every key it sees twice: scores and values), for the loops' grain (task_grain.h).
+// of the group meets every key it sees twice: scores and values), for the loops' grain (task_grain.h). An
+// item's own work (its K / V row stored with RoPE, the queries loaded, the output normalised) counts as
+// kItemSetupKeys keys more, so a prefill's first tokens, which see few keys, are not all run on one thread.
 size_t attention_item_macs(const KvLayerView& kv, const AttentionRows& rows, int group) {
+  constexpr size_t kItemSetupKeys = 16;
   if (rows.positions.empty()) return 1;
   size_t keys = 0;
   for (const int32_t p : rows.positions) keys += static_cast<size_t>(p) + 1;
-  return keys / rows.positions.size() * static_cast<size_t>(group) * static_cast<size_t>(kv.k_dim + kv.v_dim);
+  return (keys / rows.positions.size() + kItemSetupKeys) * static_cast<size_t>(group) * static_cast<size_t>(kv.k_dim + kv.v_dim);
 }
 
 // Generic path: one (token, KV head) at a time, key by key, each key's rows decoded once for the heads
