@@ -21,9 +21,11 @@ void tile(PackedView w, const uint16_t* xb, size_t n_in, float* y, size_t ys, in
   for (int t = 0; t < T; ++t) acc[t][0] = acc[t][1] = _mm512_setzero_ps();
   for (size_t b = 0; b < nb; ++b) {
     const uint8_t* blk = w.data + (static_cast<size_t>(g) * nb + b) * w.block_bytes;
-    // Prefetch ahead, on into `after` (the bytes streamed next) past the group's last block.
-    prefetch_block(block_ahead(blk, b, kPrefetchBlocks, nb, w.block_bytes, after), w.block_bytes);
+    // Prefetch ahead, on into `after` (the bytes streamed next) past the group's last block: one line per
+    // line consumed (the block's 16 lines requested at once stall on the miss buffers).
+    const uint8_t* ahead = block_ahead(blk, b, kPrefetchBlocks, nb, w.block_bytes, after);
     for (int p = 0; p < 16; ++p) {
+      if (ahead) prefetch_line(ahead + 64 * p);
       const __m512bh wv = (__m512bh)_mm512_loadu_si512(blk + 64 * p);
       KESTREL_UNROLL
       for (int t = 0; t < T; ++t) {
