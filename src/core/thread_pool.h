@@ -37,9 +37,9 @@ class ThreadPool {
 
   // Runs body(begin, end, thread_index) over [0, n) split into contiguous chunks, one per thread, and
   // returns when all chunks are done. Chunk boundaries are multiples of `grain`, the least work worth
-  // handing to another thread: a loop of fewer than two grains runs on the calling thread, in one call. thread_index is the
-  // thread that runs the call (for per-thread scratch); a thread whose own chunk is done runs a chunk no
-  // other thread has started, so one thread may make several calls.
+  // handing to another thread: a loop of fewer than two grains runs on the calling thread, in one call.
+  // thread_index is the thread that runs the call (for per-thread scratch); a thread whose own chunk is
+  // done runs a chunk no other thread has started, so one thread may make several calls.
   void parallel_for(size_t n, size_t grain, const std::function<void(size_t, size_t, int)>& body);
 
   // Runs body over [0, n) with work stealing, so a thread slowed by its core's other load does less of the
