@@ -30,6 +30,7 @@ const DType kBlockTypes[] = {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
                              DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::S24_Q8, DType::S24_Q4};
 
 std::vector<float> random_vector(size_t n, uint32_t seed, float scale = 1.0f) { return test::gaussian_vector(n, seed, scale); }
+bool plain_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 
 // Every slot of kv's pages (k_dim == v_dim) set to N(0, 1) values: K from seed_k, V from seed_v, in (block,
 // head, offset, dim) order, encoded as the pages' types.
@@ -370,8 +371,9 @@ TEST(Kernels, SiluMulMatchesReference) {
 // scratch).
 TEST(Kernels, MatmulAccumulateAddsTheProduct) {
   ThreadPool pool(2);
-  const size_t n_in = 256, n_out = 48;
+  for (const auto& [n_in, n_out] : std::vector<std::pair<size_t, size_t>>{{256, 48}, {172, 37}})
   for (DType type : kTypes) {
+    if (n_in % 32 != 0 && !plain_float(type)) continue;  // padded shapes: float weights only
     const auto bytes = quantized(type, random_vector(n_in * n_out, 64, 0.05f), n_in);
     WeightMatrix w{type, static_cast<int64_t>(n_in), static_cast<int64_t>(n_out), bytes.data(), row_bytes(type, n_in)};
     const auto packed = PackedMatrix::pack(w);
@@ -379,7 +381,8 @@ TEST(Kernels, MatmulAccumulateAddsTheProduct) {
       if (use_packed && !packed) continue;
       w.packed = use_packed ? &*packed : nullptr;
       for (int n_tok : {1, 5, 12}) {
-        SCOPED_TRACE(std::string(dtype_name(type)) + (use_packed ? " packed" : "") + " n_tok=" + std::to_string(n_tok));
+        SCOPED_TRACE(std::string(dtype_name(type)) + (use_packed ? " packed" : "") + " n_in=" + std::to_string(n_in) +
+                     " n_tok=" + std::to_string(n_tok));
         const auto x = random_vector(n_in * n_tok, 65), before = random_vector(n_out * n_tok, 66);
         std::vector<float> product(before.size()), want = before, got = before;
         ops::matmul(pool, w, x.data(), product.data(), n_tok);
@@ -393,28 +396,41 @@ TEST(Kernels, MatmulAccumulateAddsTheProduct) {
 
 TEST(Kernels, MatmulMatchesReference) {
   // Float weights are dotted with float activations; quantized weights with 8-bit activation blocks, so
-  // their tolerance is a fraction of the sum of |terms| (the activation rounding).
+  // their tolerance is a fraction of the sum of |terms| (the activation rounding; for weights packed as
+  // BF16, the activations' rounding to BF16). Row dots and packed GEMMs; 70 rows are not whole 16-row
+  // groups, and float weights also run 172 inputs (stories260K's FFN width): packed, with zero padding.
   ThreadPool pool(2);
   for (DType type : kTypes) {
-    for (int n_tok : {1, 3, 9, 33}) {
-      SCOPED_TRACE(std::string(dtype_name(type)) + " n_tok=" + std::to_string(n_tok));
-      const size_t n_in = 512, n_out = 70;
-      const auto w = random_vector(n_in * n_out, 11, 0.05f);
-      const auto bytes = quantized(type, w, n_in);
+    for (const size_t n_in : {512, 172}) {
+      if (n_in % 32 != 0 && !plain_float(type)) continue;  // other types: whole blocks only
+      const size_t n_out = 70;
+      const auto bytes = quantized(type, random_vector(n_in * n_out, 11, 0.05f), n_in);
       WeightMatrix m{type, static_cast<int64_t>(n_in), static_cast<int64_t>(n_out), bytes.data(), row_bytes(type, n_in)};
-      const auto x = random_vector(n_in * n_tok, 12);
-      std::vector<float> got(n_out * n_tok), want(n_out * n_tok);
-      ops::matmul(pool, m, x.data(), got.data(), n_tok);
-      ref::matmul(m, x.data(), want.data(), n_tok);
-      const bool int8 = dot_q8_kernel(type) != nullptr;
-      std::vector<float> decoded(n_in);
-      for (int t = 0; t < n_tok; ++t)
-        for (size_t r = 0; r < n_out; ++r) {
-          dequantize_row(type, bytes.data() + r * row_bytes(type, n_in), decoded.data(), n_in);
-          double magnitude = 0;
-          for (size_t i = 0; i < n_in; ++i) magnitude += std::fabs(decoded[i] * x[t * n_in + i]);
-          EXPECT_NEAR(got[t * n_out + r], want[t * n_out + r], int8 ? 0.01 * magnitude : 2e-4) << r;
+      const auto packed = PackedMatrix::pack(m);
+      if (plain_float(type)) {
+        ASSERT_TRUE(packed.has_value());
+      }
+      for (bool use_packed : {false, true}) {
+        if (use_packed && !packed) continue;
+        m.packed = use_packed ? &*packed : nullptr;
+        const bool int8 = dot_q8_kernel(type) != nullptr || (use_packed && packed->layout == PackedLayout::BF16x16);
+        for (int n_tok : {1, 3, 9, 33}) {
+          SCOPED_TRACE(std::string(dtype_name(type)) + (use_packed ? " packed" : "") + " n_in=" + std::to_string(n_in) +
+                       " n_tok=" + std::to_string(n_tok));
+          const auto x = random_vector(n_in * n_tok, 12);
+          std::vector<float> got(n_out * n_tok), want(n_out * n_tok);
+          ops::matmul(pool, m, x.data(), got.data(), n_tok);
+          ref::matmul(m, x.data(), want.data(), n_tok);
+          std::vector<float> decoded(n_in);
+          for (int t = 0; t < n_tok; ++t)
+            for (size_t r = 0; r < n_out; ++r) {
+              dequantize_row(type, bytes.data() + r * row_bytes(type, n_in), decoded.data(), n_in);
+              double magnitude = 0;
+              for (size_t i = 0; i < n_in; ++i) magnitude += std::fabs(decoded[i] * x[t * n_in + i]);
+              EXPECT_NEAR(got[t * n_out + r], want[t * n_out + r], int8 ? 0.01 * magnitude : 2e-4) << r;
+            }
         }
+      }
     }
   }
 }

@@ -114,6 +114,52 @@ const float* plain_input(ThreadPool& pool, const MatmulInput& in, size_t n_in, i
   return normed.data();
 }
 
+// y[n_tok, w.n_out] = (or +=) x[n_tok, w.n_in] . W^T through a float packed layout: F16/BF16 weights
+// packed as BF16 (activations to BF16 once, then the BF16 dot-product GEMM), or widened in registers
+// (dense or 2:4), or F32 weights (float activations as they are). Where the packed shape is padded
+// (packed_matrix.h) the activations get zero inputs and the padding rows land in a scratch.
+void packed_float_gemm(ThreadPool& pool, const WeightMatrix& w, const float* x, float* y, int n_tok, bool add_into_y) {
+  const PackedMatrix& p = *w.packed;
+  const size_t n_in = static_cast<size_t>(p.n_in), n_out = static_cast<size_t>(p.n_out), tokens = static_cast<size_t>(n_tok);
+  std::vector<float> x_padded, y_padded;  // [n_tok, n_in], [n_tok, n_out] at the packed shape when it is padded
+  if (p.n_in != w.n_in) {
+    x_padded.assign(tokens * n_in, 0.0f);
+    for (size_t t = 0; t < tokens; ++t) std::copy_n(x + t * static_cast<size_t>(w.n_in), w.n_in, x_padded.data() + t * n_in);
+    x = x_padded.data();
+  }
+  float* out = y;
+  if (p.n_out != w.n_out) {
+    y_padded.resize(tokens * n_out);
+    out = y_padded.data();
+  }
+  const bool add_in_kernel = add_into_y && out == y;
+  if (p.layout == PackedLayout::BF16x16) {
+    std::vector<uint16_t> xb(tokens * n_in);  // [n_tok, n_in] bf16 bits
+    pool.parallel_for(tokens * n_in, 4096, [&](size_t begin, size_t end, int) {
+      for (size_t i = begin; i < end; ++i) xb[i] = fp32_to_bf16(x[i]);
+    });
+    const PackedGemmBf16Fn gemm = packed_gemm_bf16_kernel(detected_isa());
+    pool.parallel_for_dynamic(static_cast<size_t>(p.n_groups()), groups_per_take(p, n_tok), [&](size_t begin, size_t end, int) {
+      gemm(p.view(p.after_group(static_cast<int64_t>(end), nullptr), add_in_kernel), xb.data(), n_tok, out, n_out,
+           static_cast<int64_t>(begin), static_cast<int64_t>(end));
+    });
+  } else {
+    const PackedGemmF32Fn gemm = packed_gemm_f32_kernel(p.layout, detected_isa());
+    pool.parallel_for_dynamic(static_cast<size_t>(p.n_groups()), groups_per_take(p, n_tok), [&](size_t begin, size_t end, int) {
+      gemm(p.view(p.after_group(static_cast<int64_t>(end), nullptr), add_in_kernel), x, n_tok, out, n_out,
+           static_cast<int64_t>(begin), static_cast<int64_t>(end));
+    });
+  }
+  if (out == y) return;
+  const size_t w_out = static_cast<size_t>(w.n_out);
+  for (size_t t = 0; t < tokens; ++t) {
+    const float* row = out + t * n_out;
+    float* dst = y + t * w_out;
+    if (add_into_y) add(dst, row, w_out);
+    else std::copy_n(row, w_out, dst);
+  }
+}
+
 }  // namespace
 
 void matmul_many(ThreadPool& pool, std::span<const WeightMatrix> ws, const MatmulInput& in, std::span<float* const> ys,
@@ -159,28 +205,7 @@ void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, float* y, i
   const size_t n_out = static_cast<size_t>(w.n_out);
   const bool add_into_y = accumulate == Accumulate::Yes;
   if (w.type == DType::I8) return matmul_w8a8(pool, w, x, y, n_tok, add_into_y);
-  if (w.packed && w.packed->layout == PackedLayout::BF16x16) {
-    // F16/BF16 weights packed as BF16: activations to BF16 once, then the BF16 dot-product GEMM.
-    std::vector<uint16_t> xb(static_cast<size_t>(n_tok) * n_in);  // [n_tok, n_in] bf16 bits
-    pool.parallel_for(static_cast<size_t>(n_tok) * n_in, 4096, [&](size_t begin, size_t end, int) {
-      for (size_t i = begin; i < end; ++i) xb[i] = fp32_to_bf16(x[i]);
-    });
-    const PackedGemmBf16Fn gemm = packed_gemm_bf16_kernel(detected_isa());
-    const size_t n_groups = static_cast<size_t>(w.packed->n_groups());
-    pool.parallel_for_dynamic(n_groups, groups_per_take(*w.packed, n_tok), [&](size_t begin, size_t end, int) {
-      gemm(w.packed->view(w.packed->after_group(static_cast<int64_t>(end), nullptr), add_into_y), xb.data(), n_tok, y, n_out, static_cast<int64_t>(begin), static_cast<int64_t>(end));
-    });
-    return;
-  }
-  if (w.packed && !packed_layout_is_integer(w.packed->layout)) {
-    // F16/BF16 weights (dense or 2:4) widened in registers, or F32 weights, float activations as they are.
-    const PackedGemmF32Fn gemm = packed_gemm_f32_kernel(w.packed->layout, detected_isa());
-    pool.parallel_for_dynamic(static_cast<size_t>(w.packed->n_groups()), groups_per_take(*w.packed, n_tok), [&](size_t begin, size_t end, int) {
-      gemm(w.packed->view(w.packed->after_group(static_cast<int64_t>(end), nullptr), add_into_y), x, n_tok, y, n_out,
-           static_cast<int64_t>(begin), static_cast<int64_t>(end));
-    });
-    return;
-  }
+  if (w.packed && !packed_layout_is_integer(w.packed->layout)) return packed_float_gemm(pool, w, x, y, n_tok, add_into_y);
   if (packed_q8(w)) {
     float* const outputs[1] = {y};
     return packed_q8_gemm(pool, std::span<const WeightMatrix>(&w, 1), MatmulInput{x}, outputs, n_tok, add_into_y);

@@ -75,16 +75,18 @@ const LayoutInfo* integer_layout(DType type) {
   return nullptr;
 }
 
+bool is_float_weight(DType type) { return type == DType::F16 || type == DType::BF16 || type == DType::F32; }
+
 }  // namespace
 
 bool PackedMatrix::supports(DType type, int64_t n_in, int64_t n_out, Isa isa) {
-  if (n_out % kRows != 0) return false;
   // AVX2 and AVX-512 have every layout's kernels; NEON the integer ones its table lists (the rest run the
   // row dots) and the float ones.
   const bool x86 = isa_includes(isa, Isa::Avx2);
+  if (is_float_weight(type)) return n_in > 0 && n_out > 0 && (x86 || isa == Isa::Neon);  // any shape, zero-padded
+  if (n_out % kRows != 0) return false;
   if (const LayoutInfo* l = integer_layout(type))
     return n_in % l->block_inputs == 0 && (x86 || (isa == Isa::Neon && packed_gemm_kernel_neon(l->layout) != nullptr));
-  if (type == DType::F16 || type == DType::BF16 || type == DType::F32) return n_in % 32 == 0 && (x86 || isa == Isa::Neon);
   if (type == DType::S24_F16)
     return n_in % 64 == 0 && ((x86 && packed_gemm_f32_kernel_avx2(PackedLayout::S24_F16x16)) ||
                               (isa == Isa::Neon && packed_gemm_f32_kernel_neon(PackedLayout::S24_F16x16)));
@@ -92,10 +94,11 @@ bool PackedMatrix::supports(DType type, int64_t n_in, int64_t n_out, Isa isa) {
 }
 
 std::optional<PackedMatrix> PackedMatrix::pack(const WeightMatrix& w, Isa isa) {
-  if (w.n_out % kRows != 0) return std::nullopt;
+  const bool float_weights = is_float_weight(w.type);
+  if (float_weights ? w.n_in <= 0 || w.n_out <= 0 : w.n_out % kRows != 0) return std::nullopt;
   PackedMatrix p;
-  p.n_in = w.n_in;
-  p.n_out = w.n_out;
+  p.n_in = float_weights ? (w.n_in + 31) / 32 * 32 : w.n_in;  // float weights: zeros up to whole blocks...
+  p.n_out = float_weights ? (w.n_out + kRows - 1) / kRows * kRows : w.n_out;  // ...and whole row groups
   if (const LayoutInfo* l = integer_layout(w.type)) {
     p.layout = l->layout;
     p.block_inputs = l->block_inputs;
@@ -116,14 +119,20 @@ std::optional<PackedMatrix> PackedMatrix::pack(const WeightMatrix& w, Isa isa) {
   } else {
     return std::nullopt;
   }
-  if (w.n_in % p.block_inputs != 0) return std::nullopt;
+  if (p.n_in % p.block_inputs != 0) return std::nullopt;
   p.data = allocate_large_buffer(p.bytes());
   for (int64_t g = 0; g < p.n_groups(); ++g) {
     for (int64_t b = 0; b < p.n_blocks(); ++b) {
       uint8_t* out = p.data.get() + (static_cast<size_t>(g * p.n_blocks() + b)) * p.block_bytes;
       auto* halves = reinterpret_cast<uint16_t*>(out);
-      auto row_block = [&](int i) {  // the source bytes of this block in row i
-        return w.row(g * kRows + i) + row_bytes(w.type, static_cast<size_t>(b) * static_cast<size_t>(p.block_inputs));
+      alignas(4) uint8_t padded[kRows][32 * 4];  // float blocks reaching past w's rows or inputs, zero-filled
+      auto row_block = [&](int i) -> const uint8_t* {  // the source bytes of this block in row i
+        const int64_t row = g * kRows + i, first = b * p.block_inputs;
+        const uint8_t* src = row < w.n_out ? w.row(row) + row_bytes(w.type, static_cast<size_t>(first)) : nullptr;
+        if (src && first + p.block_inputs <= w.n_in) return src;
+        std::memset(padded[i], 0, sizeof(padded[i]));
+        if (src) std::memcpy(padded[i], src, row_bytes(w.type, static_cast<size_t>(w.n_in - first)));
+        return padded[i];
       };
       switch (p.layout) {
         case PackedLayout::S24_Q8x16:

@@ -92,11 +92,14 @@ struct PackedView {
   bool accumulate = false;  // add the products into y (y += W x, e.g. into the residual stream) instead of writing them
 };
 
+// Float weights (F16, BF16, F32) pack for any shape: rows and inputs past the matrix's own are zeros up to
+// whole 16-row groups and 32-input blocks, so n_in and n_out here may exceed the WeightMatrix's; the caller
+// gives the kernels activations of n_in (zeros past its own) and drops the extra rows (ops::matmul does).
 struct PackedMatrix {
   static constexpr int kRows = 16;
   PackedLayout layout = PackedLayout::Q4_0x16;
-  int64_t n_in = 0;
-  int64_t n_out = 0;
+  int64_t n_in = 0;   // inputs, a whole number of blocks
+  int64_t n_out = 0;  // rows, a whole number of groups
   int block_inputs = 32;   // inputs per block (32, or 256 for the K-quants)
   size_t block_bytes = 0;  // bytes per (16-row group, block)
   std::shared_ptr<uint8_t[]> data;  // [n_out / 16][n_in / 32][block_bytes], 64-byte aligned
@@ -115,8 +118,8 @@ struct PackedMatrix {
   // group `then` (for PackedView::next).
   const uint8_t* after_group(int64_t end, const uint8_t* then) const { return end < n_groups() ? block(end, 0) : then; }
 
-  // Whether a matrix of this type and shape has a packed layout (n_out a multiple of 16) with a fast
-  // kernel on this ISA level.
+  // Whether a matrix of this type and shape has a packed layout (n_out a multiple of 16 and n_in of the
+  // block, or float weights of any shape) with a fast kernel on this ISA level.
   static bool supports(DType type, int64_t n_in, int64_t n_out, Isa isa);
   // A packed copy of w in the layout for this ISA level's kernels (F16 and BF16: BF16x16 where the CPU has
   // AVX-512 BF16, else the Fma16 layouts; F32: F32Fma16), or nullopt when the type or shape has no packed
