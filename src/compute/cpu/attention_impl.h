@@ -224,11 +224,31 @@ void attend_values(const float (*p)[kAttendChunk], const T* const* vrow, int n, 
 }
 
 // acc[g][i .. dv) += sum over the chunk's n keys of p[g][j] * V row j, for the value lanes past the last
-// whole vector (fewer than W): each key's lanes are widened into a zero-padded row of W floats, and those
-// rows accumulate as whole vectors (lanes past dv are never read out).
+// whole vector (fewer than W). Exactly half a vector (8-wide heads on AVX-512), where the vector type has
+// load2 and set2: two keys per vector, key j's lanes in the low half and key j + 1's in the high one, the
+// halves added at the end. Otherwise each key's lanes are widened into a zero-padded row of W floats, and
+// those rows accumulate as whole vectors (lanes past dv are never read out).
 template <typename V, typename T, int GC>
 void attend_values_tail(const float (*p)[kAttendChunk], const T* const* vrow, int n, int i, int dv, float (*acc)[kAttendMaxDim]) {
   constexpr int W = V::W;
+  if constexpr (requires(const T* r, float x) { V::load2(r, r); V::set2(x, x); }) {
+    if (2 * (dv - i) == W) {
+      using vec = typename V::type;
+      vec o[GC];
+      for (int g = 0; g < GC; ++g) o[g] = V::zero();
+      for (int j = 0; j < n; j += 2) {
+        // With n odd the last pair's second key is past the chunk: probability 0, key j's row read again.
+        const vec v = V::load2(vrow[j] + i, (j + 1 < n ? vrow[j + 1] : vrow[j]) + i);
+        for (int g = 0; g < GC; ++g) o[g] = V::fma(V::set2(p[g][j], j + 1 < n ? p[g][j + 1] : 0.0f), v, o[g]);
+      }
+      alignas(64) float halves[W];  // [2][W / 2] even keys' sums, odd keys' sums
+      for (int g = 0; g < GC; ++g) {
+        V::store(halves, o[g]);
+        for (int lane = 0; lane < W / 2; ++lane) acc[g][i + lane] += halves[lane] + halves[W / 2 + lane];
+      }
+      return;
+    }
+  }
   alignas(64) float rows[kAttendChunk][W];  // [chunk keys][W] the tail lanes of each V row
   const float* row_ptr[kAttendChunk];
   T padded[W] = {};  // one row's tail lanes, then zeros, widened with one vector load

@@ -27,6 +27,9 @@ struct Vec256 {
     return _mm256_cvtph_ps(_mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p0)),
                                               _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p1))));
   }
+  static type set2(float low, float high) {  // low in the lower half's lanes, high in the upper half's
+    return _mm256_insertf128_ps(_mm256_set1_ps(low), _mm_set1_ps(high), 1);
+  }
   static void store(float* p, type v) { _mm256_storeu_ps(p, v); }
   static type add(type a, type b) { return _mm256_add_ps(a, b); }
   static type sub(type a, type b) { return _mm256_sub_ps(a, b); }

@@ -42,6 +42,9 @@ struct Vec512 {
                                          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p3)));
     return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(a), b, 1));
   }
+  static type set2(float low, float high) {  // low in the lower half's lanes, high in the upper half's
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(low)), _mm256_castps_pd(_mm256_set1_ps(high)), 1));
+  }
   static void store(float* p, type v) { _mm512_storeu_ps(p, v); }
   static type add(type a, type b) { return _mm512_add_ps(a, b); }
   static type sub(type a, type b) { return _mm512_sub_ps(a, b); }
