@@ -44,7 +44,7 @@ template <class V, int T, typename Weights>
 inline void float_tile(const Weights& w, size_t n_k, const float* x, size_t x_stride, float* y, size_t ys, bool add) {
   constexpr int R = 16 / V::W;
   // Few tokens give few independent FMA chains: C chains per token (inputs k = c mod C), added at the end.
-  constexpr int C = T == 1 ? 4 : T == 2 ? 2 : 1;
+  constexpr int C = T == 1 ? (R == 1 ? 8 : 4) : T == 2 ? (R == 1 ? 4 : 2) : 1;
   typename V::type acc[T * C * R];  // [token][chain][row vector], flat (GCC keeps it in registers)
   for (int i = 0; i < T * C * R; ++i) acc[i] = V::zero();
   for (size_t k = 0; k < n_k; k += C)  // n_k is a multiple of 32
