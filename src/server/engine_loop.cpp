@@ -103,7 +103,8 @@ void EngineLoop::run() {
     size_t n_done = embeddings.size();  // requests that left this round
     for (auto& [request, channel] : inbox) {
       if (stop_now || channel->cancelled()) {
-        channel->push({ChannelEvent::Kind::Rejected, stop_now ? "the server is shutting down" : "cancelled", {}});
+        if (stop_now) channel->push({ChannelEvent::Kind::ShuttingDown, "the server is shutting down", {}});
+        else channel->push({ChannelEvent::Kind::Rejected, "cancelled", {}});
         ++n_done;
         continue;
       }

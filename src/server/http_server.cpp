@@ -364,6 +364,7 @@ void HttpServer::handle_completion(const httplib::Request& req, httplib::Respons
   // Wait until the engine thread accepted or refused the request.
   std::optional<ChannelEvent> first;
   while (!(first = channel->pop(std::chrono::milliseconds(200)))) {}
+  if (first->kind == ChannelEvent::Kind::ShuttingDown) return busy(first->error.c_str());
   if (first->kind == ChannelEvent::Kind::Rejected) return fail(ApiError{400, first->error, "invalid_request_error", ""});
 
   auto response = std::make_shared<CompletionResponse>(

@@ -15,7 +15,9 @@
 namespace kestrel {
 
 struct ChannelEvent {
-  enum class Kind { Accepted, Rejected, Output } kind = Kind::Output;
+  // ShuttingDown: the engine stopped before it took the request (a refusal like a full queue's, not the
+  // request's fault).
+  enum class Kind { Accepted, Rejected, ShuttingDown, Output } kind = Kind::Output;
   std::string error;  // Rejected: why
   StepOutput output;  // Output
 };
