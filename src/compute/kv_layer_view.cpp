@@ -18,13 +18,12 @@ float load_element(KvType t, const void* base, size_t i) {
   }
 }
 
-void store_element(KvType t, void* base, size_t i, float x) {
-  switch (t) {
-    case KvType::F32: static_cast<float*>(base)[i] = x; break;
-    case KvType::F16: static_cast<uint16_t*>(base)[i] = fp32_to_fp16(x); break;
-    case KvType::BF16: static_cast<uint16_t*>(base)[i] = fp32_to_bf16(x); break;
-    default: break;
-  }
+// Stores row[0, dim) as T at element i = first + (i / 2) * pair_step + (i % 2) * odd_step of base: every
+// float page layout (kv_layer_view.h) places a row's values so, pairs of dimensions apart by pair_step.
+template <typename T, typename Convert>
+void store_row(void* base, size_t first, size_t odd_step, size_t pair_step, const float* row, int dim, Convert convert) {
+  T* out = static_cast<T*>(base) + first;
+  for (int i = 0; i < dim; ++i) out[static_cast<size_t>(i / 2) * pair_step + static_cast<size_t>(i % 2) * odd_step] = convert(row[i]);
 }
 
 // Calls f(byte, shift, width, code_shift) for each bit field holding part of the code of value i of token
@@ -113,11 +112,15 @@ void KvLayerView::write_row(bool key, int32_t block, int kv_head, int offset, co
   const KvType t = key ? types.k : types.v;
   const int dim = key ? k_dim : v_dim;
   if (!kv_type_quantized(t)) {
-    for (int i = 0; i < dim; ++i) {
-      if (key) store_element(t, k, k_element(block, kv_head, offset, i), row[i]);
-      else store_element(t, v, v_element(block, kv_head, offset, i), row[i]);
+    const auto element = [&](int i) { return key ? k_element(block, kv_head, offset, i) : v_element(block, kv_head, offset, i); };
+    const size_t first = element(0), odd_step = element(1) - first, pair_step = element(2) - first;
+    void* base = key ? k : v;
+    switch (t) {
+      case KvType::F32: return store_row<float>(base, first, odd_step, pair_step, row, dim, [](float x) { return x; });
+      case KvType::F16: return store_row<uint16_t>(base, first, odd_step, pair_step, row, dim, fp32_to_fp16);
+      case KvType::BF16: return store_row<uint16_t>(base, first, odd_step, pair_step, row, dim, fp32_to_bf16);
+      default: return;
     }
-    return;
   }
   float prepared[kKvMaxRow];  // [dim] the row centered and rotated as the type asks
   const float* center = key ? key_center(kv_head) : nullptr;
