@@ -1,6 +1,8 @@
 #include "compute/kv_layer_view.h"
 
 #include <algorithm>
+#include <array>
+#include <iterator>
 #include <cstring>
 
 #include "compute/kv_rotation.h"
@@ -18,20 +20,46 @@ float load_element(KvType t, const void* base, size_t i) {
   }
 }
 
-// Stores row[0, dim) as T at element i = first + (i / 2) * pair_step + (i % 2) * odd_step of base: every
-// float page layout (kv_layer_view.h) places a row's values so, pairs of dimensions apart by pair_step.
+// Where a float row's values lie in a layer's K or V: value i at element first + (i / 2) * pair_step +
+// (i % 2) * odd_step. Every float page layout (kv_layer_view.h) places a row's values so.
+struct RowPlace {
+  size_t first, odd_step, pair_step;
+  size_t operator()(int i) const { return first + static_cast<size_t>(i / 2) * pair_step + static_cast<size_t>(i % 2) * odd_step; }
+};
+template <typename Element>
+RowPlace row_place(Element element) {
+  const size_t first = element(0);
+  return {first, element(1) - first, element(2) - first};
+}
+
 template <typename T, typename Convert>
-void store_row(void* base, size_t first, size_t odd_step, size_t pair_step, const float* row, int dim, Convert convert) {
-  T* out = static_cast<T*>(base) + first;
-  for (int i = 0; i < dim; ++i) out[static_cast<size_t>(i / 2) * pair_step + static_cast<size_t>(i % 2) * odd_step] = convert(row[i]);
+void store_row(void* base, RowPlace place, const float* row, int dim, Convert convert) {
+  T* out = static_cast<T*>(base);
+  for (int i = 0; i < dim; ++i) out[place(i)] = convert(row[i]);
+}
+template <typename T, typename Convert>
+void load_row(const void* base, RowPlace place, float* row, int dim, Convert convert) {
+  const T* in = static_cast<const T*>(base);
+  for (int i = 0; i < dim; ++i) row[i] = convert(in[place(i)]);
+}
+
+// code_values(t)[code] = kv_code_value(t, code), for every byte.
+const float* code_values(KvType t) {
+  static const auto tables = [] {
+    std::array<std::array<float, 256>, std::size(kAllKvTypes)> all{};
+    for (KvType type : kAllKvTypes)
+      if (kv_type_quantized(type))
+        for (int c = 0; c < 256; ++c) all[static_cast<size_t>(type)][static_cast<size_t>(c)] = kv_code_value(type, static_cast<uint8_t>(c));
+    return all;
+  }();
+  return tables[static_cast<size_t>(t)].data();
 }
 
 // Calls f(byte, shift, width, code_shift) for each bit field holding part of the code of value i of token
 // `offset` in a page's code region (layouts in kv_layer_view.h): bits [shift, shift + width) of that byte
 // are bits [code_shift, code_shift + width) of the code.
 template <typename F>
-void for_code_fields(KvType t, int dim, bool transposed, int bs, int offset, int i, F f) {
-  const int bits = kv_type_bits(t);
+void for_code_fields(KvType t, int bits, int dim, bool transposed, int bs, int offset, int i, F f) {
   const size_t b = static_cast<size_t>(bs);
   if (transposed) {
     if (t == KvType::TQ3) {
@@ -66,8 +94,9 @@ void write_quantized(KvType t, uint8_t* page, int dim, bool transposed, int bs, 
   uint8_t codes[kKvMaxRow];
   uint16_t scales[kKvMaxRow];
   kv_quantize_row(t, x, dim, codes, scales);
+  const int bits = kv_type_bits(t);
   for (int i = 0; i < dim; ++i)
-    for_code_fields(t, dim, transposed, bs, offset, i, [&](size_t byte, int shift, int width, int code_shift) {
+    for_code_fields(t, bits, dim, transposed, bs, offset, i, [&](size_t byte, int shift, int width, int code_shift) {
       const unsigned mask = (1u << width) - 1u;
       const unsigned part = (static_cast<unsigned>(codes[i]) >> code_shift) & mask;
       page[byte] = static_cast<uint8_t>((page[byte] & ~(mask << shift)) | (part << shift));
@@ -80,15 +109,19 @@ void write_quantized(KvType t, uint8_t* page, int dim, bool transposed, int bs, 
 
 void read_quantized(KvType t, const uint8_t* page, int dim, bool transposed, int bs, int offset, float* x) {
   const uint8_t* scale_region = page + static_cast<size_t>(bs) * kv_code_bytes(t, dim);
-  const int g = kv_group_size(dim);
-  for (int i = 0; i < dim; ++i) {
-    unsigned code = 0;
-    for_code_fields(t, dim, transposed, bs, offset, i, [&](size_t byte, int shift, int width, int code_shift) {
-      code |= ((static_cast<unsigned>(page[byte]) >> shift) & ((1u << width) - 1u)) << code_shift;
-    });
-    uint16_t scale;
-    std::memcpy(&scale, scale_region + 2 * (static_cast<size_t>(i / g) * bs + offset), 2);
-    x[i] = kv_code_value(t, static_cast<uint8_t>(code)) * fp16_to_fp32(scale);
+  const int g = kv_group_size(dim), bits = kv_type_bits(t);
+  const float* value = code_values(t);
+  for (int group = 0, i = 0; group < dim / g; ++group) {
+    uint16_t scale_bits;
+    std::memcpy(&scale_bits, scale_region + 2 * (static_cast<size_t>(group) * bs + offset), 2);
+    const float scale = fp16_to_fp32(scale_bits);
+    for (const int end = i + g; i < end; ++i) {
+      unsigned code = 0;
+      for_code_fields(t, bits, dim, transposed, bs, offset, i, [&](size_t byte, int shift, int width, int code_shift) {
+        code |= ((static_cast<unsigned>(page[byte]) >> shift) & ((1u << width) - 1u)) << code_shift;
+      });
+      x[i] = value[code & 255] * scale;
+    }
   }
 }
 
@@ -112,13 +145,12 @@ void KvLayerView::write_row(bool key, int32_t block, int kv_head, int offset, co
   const KvType t = key ? types.k : types.v;
   const int dim = key ? k_dim : v_dim;
   if (!kv_type_quantized(t)) {
-    const auto element = [&](int i) { return key ? k_element(block, kv_head, offset, i) : v_element(block, kv_head, offset, i); };
-    const size_t first = element(0), odd_step = element(1) - first, pair_step = element(2) - first;
+    const RowPlace place = row_place([&](int i) { return key ? k_element(block, kv_head, offset, i) : v_element(block, kv_head, offset, i); });
     void* base = key ? k : v;
     switch (t) {
-      case KvType::F32: return store_row<float>(base, first, odd_step, pair_step, row, dim, [](float x) { return x; });
-      case KvType::F16: return store_row<uint16_t>(base, first, odd_step, pair_step, row, dim, fp32_to_fp16);
-      case KvType::BF16: return store_row<uint16_t>(base, first, odd_step, pair_step, row, dim, fp32_to_bf16);
+      case KvType::F32: return store_row<float>(base, place, row, dim, [](float x) { return x; });
+      case KvType::F16: return store_row<uint16_t>(base, place, row, dim, fp32_to_fp16);
+      case KvType::BF16: return store_row<uint16_t>(base, place, row, dim, fp32_to_bf16);
       default: return;
     }
   }
@@ -143,9 +175,14 @@ void KvLayerView::read_row(bool key, int32_t block, int kv_head, int offset, flo
   }
   const int dim = key ? k_dim : v_dim;
   if (!kv_type_quantized(t)) {
-    for (int i = 0; i < dim; ++i)
-      row[i] = key ? load_element(t, k, k_element(block, kv_head, offset, i)) : load_element(t, v, v_element(block, kv_head, offset, i));
-    return;
+    const RowPlace place = row_place([&](int i) { return key ? k_element(block, kv_head, offset, i) : v_element(block, kv_head, offset, i); });
+    const void* base = key ? k : v;
+    switch (t) {
+      case KvType::F32: return load_row<float>(base, place, row, dim, [](float x) { return x; });
+      case KvType::F16: return load_row<uint16_t>(base, place, row, dim, fp16_to_fp32);
+      case KvType::BF16: return load_row<uint16_t>(base, place, row, dim, bf16_to_fp32);
+      default: return;
+    }
   }
   const uint8_t* base =
       static_cast<const uint8_t*>(key ? k : v) + (key ? k_page_offset(block, kv_head) : v_page_offset(block, kv_head));

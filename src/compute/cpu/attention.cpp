@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "compute/cpu/attention.h"
+#include "compute/cpu/dot.h"
 #include "compute/cpu/isa.h"
 #include "compute/cpu/kv_store_head.h"
 #include "compute/cpu/task_grain.h"
@@ -155,42 +156,68 @@ size_t attention_item_macs(const KvLayerView& kv, const AttentionRows& rows, int
   return (keys / rows.positions.size() + kItemSetupKeys) * static_cast<size_t>(group) * static_cast<size_t>(kv.k_dim + kv.v_dim);
 }
 
-// Generic path: one (token, KV head) at a time, key by key, each key's rows decoded once for the heads
-// that share them (in the original basis: read_k / read_v undo rotations).
-void attention_generic(ThreadPool& pool, const float* q, const KvLayerView& kv, const AttentionRows& rows, float* out,
+// Generic path: one (token, KV head) at a time, its keys a run at a time (up to kGenericRunKeys of one page):
+// the run's rows decoded once for the heads that share them (in the original basis: read_k / read_v undo
+// rotations), every head's scores of the run (a vector dot each), then one online-softmax update per head
+// and run (one rescale of the accumulator, one exp per key) and the run's values accumulated.
+constexpr int kGenericRunKeys = 32;
+constexpr size_t kGenericVectorDot = 32;  // key widths from which the scores use the vector dot kernel
+
+void attention_generic(Isa isa, ThreadPool& pool, const float* q, const KvLayerView& kv, const AttentionRows& rows, float* out,
                        int n_tok, int n_heads, float scale) {
   const int group = n_heads / kv.n_kv_heads;
+  const DotFn dot = dot_kernel(DType::F32, isa);
+  const size_t kd = static_cast<size_t>(kv.k_dim), vd = static_cast<size_t>(kv.v_dim);
   pool.parallel_for(static_cast<size_t>(n_tok) * kv.n_kv_heads, grain_for_macs(attention_item_macs(kv, rows, group)), [&](size_t begin, size_t end, int) {
-    std::vector<float> acc(static_cast<size_t>(group) * kv.v_dim);  // [group, v_dim]
-    std::vector<float> k_row(static_cast<size_t>(kv.k_dim)), v_row(static_cast<size_t>(kv.v_dim));
+    std::vector<float> acc(static_cast<size_t>(group) * vd);                           // [group, v_dim]
+    std::vector<float> k_rows(kGenericRunKeys * kd), v_rows(kGenericRunKeys * vd);  // [run keys, k_dim / v_dim]
     std::vector<float> running_max(static_cast<size_t>(group)), denom(static_cast<size_t>(group));
+    float scores[kGenericRunKeys];
     for (size_t item = begin; item < end; ++item) {
       const int t = static_cast<int>(item / kv.n_kv_heads), kvh = static_cast<int>(item % kv.n_kv_heads);
       const size_t first_head = static_cast<size_t>(t) * n_heads + static_cast<size_t>(kvh) * group;
       std::fill(acc.begin(), acc.end(), 0.f);
       std::fill(running_max.begin(), running_max.end(), -INFINITY);
       std::fill(denom.begin(), denom.end(), 0.f);
-      for (int32_t p = 0; p <= rows.positions[t]; ++p) {
-        const int32_t block = rows.block_tables[t][p / kv.block_size];
-        const int offset = p % kv.block_size;
-        kv.read_k(block, kvh, offset, k_row.data());
-        kv.read_v(block, kvh, offset, v_row.data());
+      const int32_t n_keys = rows.positions[t] + 1;
+      for (int32_t p0 = 0; p0 < n_keys;) {
+        const int32_t block = rows.block_tables[t][p0 / kv.block_size];
+        const int offset = p0 % kv.block_size;
+        const int n = std::min({kGenericRunKeys, kv.block_size - offset, n_keys - p0});
+        for (int j = 0; j < n; ++j) {
+          kv.read_k(block, kvh, offset + j, k_rows.data() + static_cast<size_t>(j) * kd);
+          kv.read_v(block, kvh, offset + j, v_rows.data() + static_cast<size_t>(j) * vd);
+        }
         for (int g = 0; g < group; ++g) {
-          const float* qh = q + (first_head + g) * kv.k_dim;
-          float s = 0;
-          for (int d = 0; d < kv.k_dim; ++d) s += qh[d] * k_row[d];
-          s *= scale;
-          const float new_max = std::max(running_max[g], s);
-          const float correction = std::exp(running_max[g] - new_max), weight = std::exp(s - new_max);
-          denom[g] = denom[g] * correction + weight;
-          float* a = acc.data() + static_cast<size_t>(g) * kv.v_dim;
-          for (int d = 0; d < kv.v_dim; ++d) a[d] = a[d] * correction + weight * v_row[d];
+          const float* qh = q + (first_head + g) * kd;
+          float run_max = -INFINITY;
+          for (int j = 0; j < n; ++j) {
+            const float* k_row = k_rows.data() + static_cast<size_t>(j) * kd;
+            float s = 0.0f;
+            if (kd >= kGenericVectorDot) s = dot(k_row, qh, kd);
+            else for (size_t i = 0; i < kd; ++i) s += qh[i] * k_row[i];
+            scores[j] = s * scale;
+            run_max = std::max(run_max, scores[j]);
+          }
+          const float new_max = std::max(running_max[g], run_max);
+          const float correction = std::exp(running_max[g] - new_max);  // 0 on the first run
+          float* a = acc.data() + static_cast<size_t>(g) * vd;
+          for (size_t d = 0; d < vd; ++d) a[d] *= correction;
+          float sum = 0.0f;
+          for (int j = 0; j < n; ++j) {
+            const float weight = std::exp(scores[j] - new_max);
+            sum += weight;
+            const float* v_row = v_rows.data() + static_cast<size_t>(j) * vd;
+            for (size_t d = 0; d < vd; ++d) a[d] += weight * v_row[d];
+          }
+          denom[g] = denom[g] * correction + sum;
           running_max[g] = new_max;
         }
+        p0 += n;
       }
       for (int g = 0; g < group; ++g) {
-        float* o = out + (first_head + g) * kv.v_dim;
-        for (int d = 0; d < kv.v_dim; ++d) o[d] = acc[static_cast<size_t>(g) * kv.v_dim + d] / denom[g];
+        float* o = out + (first_head + g) * vd;
+        for (size_t d = 0; d < vd; ++d) o[d] = acc[static_cast<size_t>(g) * vd + d] / denom[g];
       }
     }
   });
@@ -258,7 +285,7 @@ void attention_paged_on(Isa isa, ThreadPool& pool, const float* q, const KvLayer
     ops::kv_store(kv, rows, *write, n_tok);
     write = nullptr;
   }
-  if (!attend_fn) return attention_generic(pool, q, kv, rows, out, n_tok, n_heads, scale);
+  if (!attend_fn) return attention_generic(isa, pool, q, kv, rows, out, n_tok, n_heads, scale);
   const int group = n_heads / kv.n_kv_heads;
   const bool rotated = kv_type_rotated(kv.types.k);  // K and V alike on this path
   float factors[kAttendMaxDim], factors_v[kAttendMaxDim];  // the rotation's diagonal (K rows, V rows), once per call
