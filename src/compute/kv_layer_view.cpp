@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <array>
-#include <iterator>
 #include <cstring>
+#include <iterator>
 
 #include "compute/kv_rotation.h"
 #include "core/fp16.h"

@@ -194,8 +194,11 @@ void attention_generic(Isa isa, ThreadPool& pool, const float* q, const KvLayerV
           for (int j = 0; j < n; ++j) {
             const float* k_row = k_rows.data() + static_cast<size_t>(j) * kd;
             float s = 0.0f;
-            if (kd >= kGenericVectorDot) s = dot(k_row, qh, kd);
-            else for (size_t i = 0; i < kd; ++i) s += qh[i] * k_row[i];
+            if (kd >= kGenericVectorDot) {
+              s = dot(k_row, qh, kd);
+            } else {
+              for (size_t i = 0; i < kd; ++i) s += qh[i] * k_row[i];
+            }
             scores[j] = s * scale;
             run_max = std::max(run_max, scores[j]);
           }
