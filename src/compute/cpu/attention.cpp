@@ -161,7 +161,6 @@ size_t attention_item_macs(const KvLayerView& kv, const AttentionRows& rows, int
 // rotations), every head's scores of the run (a vector dot each), then one online-softmax update per head
 // and run (one rescale of the accumulator, one exp per key) and the run's values accumulated.
 constexpr int kGenericRunKeys = 32;
-constexpr size_t kGenericVectorDot = 32;  // key widths from which the scores use the vector dot kernel
 
 void attention_generic(Isa isa, ThreadPool& pool, const float* q, const KvLayerView& kv, const AttentionRows& rows, float* out,
                        int n_tok, int n_heads, float scale) {
@@ -193,13 +192,7 @@ void attention_generic(Isa isa, ThreadPool& pool, const float* q, const KvLayerV
           float run_max = -INFINITY;
           for (int j = 0; j < n; ++j) {
             const float* k_row = k_rows.data() + static_cast<size_t>(j) * kd;
-            float s = 0.0f;
-            if (kd >= kGenericVectorDot) {
-              s = dot(k_row, qh, kd);
-            } else {
-              for (size_t i = 0; i < kd; ++i) s += qh[i] * k_row[i];
-            }
-            scores[j] = s * scale;
+            scores[j] = dot(k_row, qh, kd) * scale;
             run_max = std::max(run_max, scores[j]);
           }
           const float new_max = std::max(running_max[g], run_max);

@@ -1,12 +1,14 @@
 // Float row dots (F32, F16 and BF16 weight rows against float activations), written once against a vector
 // interface V (simd_*.h: load of floats, of fp16 and of bf16 bits, fma, add, reduce_add) and compiled per
-// ISA: included only by the ISA files, after their V. Tails go through a zero-padded vector, so no scalar
-// conversion (an inline library function the linker could share with baseline code) is compiled here.
+// ISA: included only by the ISA files, after their V. F16/BF16 tails go through a zero-padded vector, so no
+// scalar conversion (an inline library function the linker could share with baseline code) is compiled
+// here; F32 tails are plain scalar multiply-adds (short rows, such as 8-wide heads, are all tail).
 // Internal linkage.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "compute/cpu/dot.h"
 #include "quant/blocks.h"
@@ -27,6 +29,11 @@ float dot_float_row(const T* w, const float* x, size_t n, Load load) {
     a3 = V::fma(load(w + i + 3 * W), V::load(x + i + 3 * W), a3);
   }
   for (; i + W <= n; i += W) a0 = V::fma(load(w + i), V::load(x + i), a0);
+  if constexpr (std::is_same_v<T, float>) {  // float tails in scalar: a staged vector would stall on its stores
+    float tail = 0.0f;
+    for (; i < n; ++i) tail += w[i] * x[i];
+    return V::reduce_add(V::add(V::add(a0, a1), V::add(a2, a3))) + tail;
+  }
   if (i < n) {  // the last n - i elements, zero-padded to one vector
     T wt[W] = {};
     float xt[W] = {};
