@@ -278,20 +278,23 @@ void BM_AttentionDecode(benchmark::State& state, kestrel::KvType type) {
 // range(0) cached tokens (TinyLlama's KV heads), 22 * 4096 / range(0) of them (TinyLlama's 22 layers at
 // 4096 tokens: 92 MB of F16 KV; 176 layers at 512), so no layer's pages are still in cache when it comes
 // round again. Per iteration: one token's attention through every layer; `layer` is the time per layer.
-void BM_AttentionDecodeLayers(benchmark::State& state, kestrel::KvType type) {
+// K and V may differ in type (q8_0_f16: llama.cpp's common -ctk q8_0 with F16 V).
+void BM_AttentionDecodeLayers(benchmark::State& state, kestrel::KvTypes types) {
   const int n_keys = static_cast<int>(state.range(0)), n_layers = 22 * 4096 / n_keys, bs = 16, n_blocks = n_keys / bs;
   const int n_kv = DecodeToken::kKvHeads, hd = DecodeToken::kHeadDim;
-  const size_t layer_bytes = static_cast<size_t>(n_blocks) * n_kv * bs * kestrel::kv_row_bytes(type, hd);  // K or V of a layer
-  const std::shared_ptr<uint8_t[]> kv_bytes = kestrel::allocate_large_buffer(2 * layer_bytes * n_layers);
-  std::fill_n(kv_bytes.get(), 2 * layer_bytes * n_layers, uint8_t{0x11});
+  const size_t rows = static_cast<size_t>(n_blocks) * n_kv * bs;
+  const size_t k_bytes = rows * kestrel::kv_row_bytes(types.k, hd), v_bytes = rows * kestrel::kv_row_bytes(types.v, hd);  // per layer
+  const size_t layer_bytes = k_bytes + v_bytes;
+  const std::shared_ptr<uint8_t[]> kv_bytes = kestrel::allocate_large_buffer(layer_bytes * n_layers);
+  std::fill_n(kv_bytes.get(), layer_bytes * n_layers, uint8_t{0x11});
   DecodeToken token(n_keys, bs);
   kestrel::ThreadPool pool(2);
   for (auto _ : state)
     for (int l = 0; l < n_layers; ++l) {
-      uint8_t* k = kv_bytes.get() + 2 * layer_bytes * static_cast<size_t>(l);
-      token.attend(pool, kestrel::KvLayerView{k, k + layer_bytes, type, true, bs, n_kv, hd, hd, hd, n_blocks});
+      uint8_t* k = kv_bytes.get() + layer_bytes * static_cast<size_t>(l);
+      token.attend(pool, kestrel::KvLayerView{k, k + k_bytes, types, true, bs, n_kv, hd, hd, hd, n_blocks});
     }
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * 2 * layer_bytes * n_layers));
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * layer_bytes * n_layers));
   state.counters["layer"] = benchmark::Counter(n_layers, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 // Decode attention with a single KV head (multi-query models: 8 query heads share it) over range(0) cached
@@ -312,6 +315,8 @@ BENCHMARK_CAPTURE(BM_AttentionDecodeOneKvHead, q8_0, kestrel::KvType::Q8_0)->Arg
 BENCHMARK_CAPTURE(BM_AttentionDecodeLayers, f16, kestrel::KvType::F16)->Arg(512)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_AttentionDecodeLayers, bf16, kestrel::KvType::BF16)->Arg(512)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_AttentionDecodeLayers, q8_0, kestrel::KvType::Q8_0)->Arg(512)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_AttentionDecodeLayers, q8_0_f16, kestrel::KvTypes(kestrel::KvType::Q8_0, kestrel::KvType::F16))
+    ->Arg(512)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_AttentionDecodeLayers, q4_0, kestrel::KvType::Q4_0)->Arg(512)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_AttentionDecodeLayers, fp8, kestrel::KvType::FP8)->Arg(512)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_AttentionDecodeLayers, tq4, kestrel::KvType::TQ4)->Arg(512)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);

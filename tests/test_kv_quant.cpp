@@ -200,20 +200,29 @@ TEST(KvQuant, RotationIsOrthogonalAndSpreadsEnergy) {
 }
 
 // The quantized page kernels against the full-softmax reference over the same decoded pages, on every
-// ISA: scattered pages, GQA groups of 1, 3 and 8, widths 32 to 256, positions around the 128-key chunks,
-// keys with and without a center (the kernels score centered codes, the reference adds the center back).
+// ISA: every quantized type for K and V, and mixed pairs (quantized K or V beside another quantized type,
+// F16 or F32); scattered pages, GQA groups of 1, 3 and 8, widths 32 to 256, positions around the 128-key
+// chunks, keys with and without a center (the kernels score centered codes, the reference adds the center
+// back). Every layout here must take a page kernel, not the generic path.
 TEST(KvQuant, PagedAttentionMatchesReferenceOnEveryIsa) {
   ThreadPool pool(2);
   const int n_blocks = 24;
-  for (KvType t : kQuantTypes)
+  std::vector<KvTypes> pairs(std::begin(kQuantTypes), std::end(kQuantTypes));
+  for (const KvTypes mixed : {KvTypes{KvType::Q8_0, KvType::F16}, KvTypes{KvType::F16, KvType::Q8_0},
+                              KvTypes{KvType::Q8_0, KvType::Q4_0}, KvTypes{KvType::Q4_0, KvType::Q8_0},
+                              KvTypes{KvType::TQ4, KvType::TQ3}, KvTypes{KvType::TQ3, KvType::F32},
+                              KvTypes{KvType::F16, KvType::TQ4}, KvTypes{KvType::FP8, KvType::Q8_0}})
+    pairs.push_back(mixed);
+  for (const KvTypes types : pairs)
     for (const auto& [hd, n_heads, n_kv, bs, centered] : std::vector<std::tuple<int, int, int, int, bool>>{
              {64, 8, 1, 16, false}, {128, 6, 2, 32, false}, {32, 2, 2, 16, false}, {256, 4, 1, 16, false},
              {64, 8, 2, 16, true}, {128, 4, 1, 32, true}}) {
-      SCOPED_TRACE(std::string(kv_type_name(t)) + " head width " + std::to_string(hd) + " heads " +
-                   std::to_string(n_heads) + "/" + std::to_string(n_kv) + " block " + std::to_string(bs) +
-                   (centered ? " centered" : ""));
-      std::vector<uint8_t> k(static_cast<size_t>(n_blocks) * n_kv * bs * kv_row_bytes(t, hd)), v(k.size());
-      KvLayerView kv{k.data(), v.data(), t, true, bs, n_kv, hd, hd, hd, n_blocks, 11};
+      SCOPED_TRACE(types.name() + " head width " + std::to_string(hd) + " heads " + std::to_string(n_heads) + "/" +
+                   std::to_string(n_kv) + " block " + std::to_string(bs) + (centered ? " centered" : ""));
+      const size_t rows_per_layer = static_cast<size_t>(n_blocks) * n_kv * bs;
+      std::vector<uint8_t> k(rows_per_layer * kv_row_bytes(types.k, hd)), v(rows_per_layer * kv_row_bytes(types.v, hd));
+      KvLayerView kv{k.data(), v.data(), types, true, bs, n_kv, hd, hd, hd, n_blocks, 11};
+      for (Isa isa : runnable_isas()) ASSERT_TRUE(attention_has_page_kernel(kv, isa)) << isa_name(isa);
       const auto center = gaussian(static_cast<size_t>(n_kv) * hd, 17, 3.0f);  // [n_kv][hd]
       if (centered) kv.k_center = center.data();
       auto kvals = gaussian(static_cast<size_t>(n_blocks) * n_kv * bs * hd, 12);
@@ -235,27 +244,29 @@ TEST(KvQuant, PagedAttentionMatchesReferenceOnEveryIsa) {
       std::vector<float> want(static_cast<size_t>(n_tok) * n_heads * hd), exact(want.size());
       // q8_0 keys score with integer dot products against the scaled query rounded to int8 per 32 values
       // (max / 127, round half away): the reference gets the same query, and the exact one stays close.
-      const auto q_used = t == KvType::Q8_0 ? int8_queries(q, hd, 0.125f) : q;
+      const auto q_used = types.k == KvType::Q8_0 ? int8_queries(q, hd, 0.125f) : q;
       ref::attention(q_used.data(), kv, rows, want.data(), n_tok, n_heads, 0.125f);
       ref::attention(q.data(), kv, rows, exact.data(), n_tok, n_heads, 0.125f);
       test::expect_attention_on_every_isa(pool, q, kv, rows, n_heads, 0.125f, {{want, 2e-4f}, {exact, 1e-2f}});
     }
 }
 
-// Quantized pages the page kernel does not take (6-token pages, 8-wide heads, K and V of different types,
-// latent attention's rows) go through the generic path, equal to the reference too.
+// Quantized pages the page kernels do not take (6-token pages, 8-wide heads, quantized beside BF16, K and V
+// of different float types, latent attention's rows) go through the generic path, equal to the reference too.
 TEST(KvQuant, GenericPathMatchesReference) {
   ThreadPool pool(2);
   struct Case { KvTypes types; int hd, bs; bool latent; };
   for (const Case& c : {Case{KvType::Q8_0, 64, 6, false}, Case{KvType::TQ3, 8, 16, false},
-                        Case{{KvType::Q4_0, KvType::F16}, 64, 16, false}, Case{{KvType::F16, KvType::TQ4}, 32, 16, false},
-                        Case{KvType::TQ4, 96, 16, true}, Case{KvType::Q8_0, 80, 16, true}}) {
+                        Case{{KvType::Q4_0, KvType::BF16}, 64, 16, false}, Case{{KvType::F16, KvType::TQ4}, 8, 16, false},
+                        Case{{KvType::F32, KvType::F16}, 32, 16, false}, Case{KvType::TQ4, 96, 16, true},
+                        Case{KvType::Q8_0, 80, 16, true}}) {
     SCOPED_TRACE(c.types.name() + " head width " + std::to_string(c.hd) + " block " + std::to_string(c.bs) +
                  (c.latent ? " latent" : ""));
     const int n_heads = 4, n_kv = c.latent ? 1 : 2, n_blocks = 12, v_dim = c.latent ? 64 : c.hd;
     std::vector<uint8_t> k(static_cast<size_t>(n_blocks) * n_kv * c.bs * kv_row_bytes(c.types.k, c.hd));
     std::vector<uint8_t> v(static_cast<size_t>(n_blocks) * n_kv * c.bs * kv_row_bytes(c.types.v, c.hd));
     const KvLayerView kv{k.data(), c.latent ? k.data() : v.data(), c.types, !c.latent, c.bs, n_kv, c.hd, v_dim, c.hd, n_blocks, 5};
+    ASSERT_FALSE(attention_has_page_kernel(kv, detected_isa()));
     const auto vals = gaussian(static_cast<size_t>(n_blocks) * n_kv * c.bs * c.hd * 2, 15);
     for (size_t r = 0; r < vals.size() / c.hd / 2; ++r) {
       const int blk = static_cast<int>(r / (n_kv * c.bs)), h = static_cast<int>(r / c.bs % n_kv), o = static_cast<int>(r % c.bs);

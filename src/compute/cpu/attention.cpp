@@ -1,7 +1,8 @@
 // Paged causal attention. The fast path (see attend_kernel) runs the per-ISA page kernels of
-// attention_impl.h (float pages) and attention_quant_impl.h (quantized pages) over (token, KV head) items.
-// Other layouts (latent attention's shared rows, odd page sizes, K and V of different types) take the
-// generic path below: an online softmax over one key at a time, reading rows through the view.
+// attention_impl.h (float pages) and attention_quant_impl.h (quantized pages on either side) over (token,
+// KV head) items. Other layouts (latent attention's shared rows, odd page sizes, narrow quantized heads, BF16
+// beside another type) take the generic path below: an online softmax over runs of keys, reading rows
+// through the view.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -95,14 +96,14 @@ Scalar::type Scalar::exp(type x) { return attend_exp_scalar(x); }
 }  // namespace
 
 AttendFn attend_kernel_baseline(bool f16) { return f16 ? attend<Scalar, uint16_t> : attend<Scalar, float>; }
-AttendFn attend_quant_kernel_baseline(KvType t) { return attend_quant_for<Scalar>(t); }
+AttendFn attend_quant_kernel_baseline() { return attend_pages<Scalar>; }
 
 #if !defined(KESTREL_HAVE_X86_KERNELS)
 AttendFn attend_kernel_avx2(bool) { return nullptr; }
 AttendFn attend_kernel_avx512(bool) { return nullptr; }
 AttendFn attend_kernel_bf16_avx512() { return nullptr; }
-AttendFn attend_quant_kernel_avx2(KvType) { return nullptr; }
-AttendFn attend_quant_kernel_avx512(KvType) { return nullptr; }
+AttendFn attend_quant_kernel_avx2() { return nullptr; }
+AttendFn attend_quant_kernel_avx512() { return nullptr; }
 #endif
 #if !defined(KESTREL_HAVE_NEON_KERNELS)
 AttendFn attend_kernel_neon(bool) { return nullptr; }
@@ -120,28 +121,32 @@ AttendFn attend_float_kernel(KvType type, Isa isa) {
   return fn ? fn : attend_kernel_baseline(f16);
 }
 
-AttendFn attend_quant_kernel(KvType type, Isa isa) {
+AttendFn attend_quant_kernel(Isa isa) {
   AttendFn fn = nullptr;
-  if (isa_includes(isa, Isa::Avx512)) fn = attend_quant_kernel_avx512(type);
-  if (!fn && isa_includes(isa, Isa::Avx2)) fn = attend_quant_kernel_avx2(type);
-  return fn ? fn : attend_quant_kernel_baseline(type);
+  if (isa_includes(isa, Isa::Avx512)) fn = attend_quant_kernel_avx512();
+  if (!fn && isa_includes(isa, Isa::Avx2)) fn = attend_quant_kernel_avx2();
+  return fn ? fn : attend_quant_kernel_baseline();
 }
 
-// The page kernel for this layout, or nullptr for the generic path: transposed K pages of K and V of one
-// type, head widths up to 256; float pages of 4, 8 or a multiple of 16 tokens (value widths off the 16-lane
-// grid finish with scalar lanes, except on pair-interleaved BF16 pages); quantized pages of a multiple of 16
-// tokens and head widths a multiple of 32 (one scale per 32 values).
+// The page kernel for this layout, or nullptr for the generic path: transposed K pages, V pages of their own,
+// head widths up to 256. K and V of one float type: pages of 4, 8 or a multiple of 16 tokens (value widths
+// off the 16-lane grid finish with scalar lanes, except on pair-interleaved BF16 pages). Quantized pages on
+// either side (the other quantized, F32 or F16): pages of a multiple of 16 tokens, head widths a multiple
+// of 32 (one scale per 32 values) and V rows as wide as V's heads.
 AttendFn attend_kernel(const KvLayerView& kv, Isa isa) {
-  if (!kv.k_transposed || kv.v_in_k() || kv.types.k != kv.types.v || kv.k_dim > kAttendMaxDim || kv.v_dim > kAttendMaxDim)
-    return nullptr;
-  const KvType type = kv.types.k;
-  if (kv_type_quantized(type))
-    return kv.block_size % kAttendTile == 0 && kv.k_dim % kQuantGroup == 0 && kv.v_dim % kQuantGroup == 0
-               ? attend_quant_kernel(type, isa)
+  if (!kv.k_transposed || kv.v_in_k() || kv.k_dim > kAttendMaxDim || kv.v_dim > kAttendMaxDim) return nullptr;
+  const KvTypes types = kv.types;
+  if (kv_type_quantized(types.k) || kv_type_quantized(types.v)) {
+    const auto readable = [](KvType t) { return attend_quantized_page(t) || attend_float_page(t); };
+    return readable(types.k) && readable(types.v) && kv.block_size % kAttendTile == 0 && kv.k_dim % kQuantGroup == 0 &&
+                   kv.v_dim % kQuantGroup == 0 && kv.v_stride == kv.v_dim
+               ? attend_quant_kernel(isa)
                : nullptr;
-  if (!attend_page_size_ok(kv.block_size) || kv.k_dim % 2 != 0 || (kv.v_dim % kAttendTile != 0 && type == KvType::BF16))
+  }
+  if (types.k != types.v || !attend_page_size_ok(kv.block_size) || kv.k_dim % 2 != 0 ||
+      (kv.v_dim % kAttendTile != 0 && types.k == KvType::BF16))
     return nullptr;
-  return attend_float_kernel(type, isa);
+  return attend_float_kernel(types.k, isa);
 }
 
 // Multiply-adds of one (token, KV head) item of an attention call, on average over its tokens (each query head
@@ -236,6 +241,8 @@ constexpr int kItemsPerThread = 2;
 constexpr int kMinPartKeys = 512;
 }  // namespace
 
+bool attention_has_page_kernel(const KvLayerView& kv, Isa isa) { return attend_kernel(kv, isa) != nullptr; }
+
 int attention_key_parts(const AttentionRows& rows, int n_kv_heads, int n_threads) {
   const int items = static_cast<int>(rows.positions.size()) * n_kv_heads;
   if (items == 0) return 1;
@@ -283,19 +290,17 @@ void attention_paged_on(Isa isa, ThreadPool& pool, const float* q, const KvLayer
   }
   if (!attend_fn) return attention_generic(isa, pool, q, kv, rows, out, n_tok, n_heads, scale);
   const int group = n_heads / kv.n_kv_heads;
-  const bool rotated = kv_type_rotated(kv.types.k);  // K and V alike on this path
+  const bool rotated_k = kv_type_rotated(kv.types.k), rotated_v = kv_type_rotated(kv.types.v);
   float factors[kAttendMaxDim], factors_v[kAttendMaxDim];  // the rotation's diagonal (K rows, V rows), once per call
-  if (rotated) {
-    kv_rotation_factors(kv.rotation_seed, kv.k_dim, factors);
-    kv_rotation_factors(kv.rotation_seed, kv.v_dim, factors_v);
-  }
+  if (rotated_k) kv_rotation_factors(kv.rotation_seed, kv.k_dim, factors);
+  if (rotated_v) kv_rotation_factors(kv.rotation_seed, kv.v_dim, factors_v);
   const size_t items = static_cast<size_t>(n_tok) * kv.n_kv_heads;
   // Split items only: [items][parts][group][v_dim] outputs and [items][parts][group][2] softmax states.
   std::vector<float> part_out(parts > 1 ? items * parts * group * kv.v_dim : 0);
   std::vector<float> part_state(parts > 1 ? items * parts * group * 2 : 0);
   pool.parallel_for(items * parts, grain_for_macs(attention_item_macs(kv, rows, group) / static_cast<size_t>(parts)), [&](size_t begin, size_t end, int) {
     float scratch[kAttendMaxDim];  // one rotated K row
-    std::vector<float> q_rotated(rotated ? static_cast<size_t>(group) * kv.k_dim : 0);  // [group, k_dim]
+    std::vector<float> q_rotated(rotated_k ? static_cast<size_t>(group) * kv.k_dim : 0);  // [group, k_dim]
     for (size_t work = begin; work < end; ++work) {
       const size_t item = work / parts;
       const int part = static_cast<int>(work % parts);
@@ -303,7 +308,7 @@ void attention_paged_on(Isa isa, ThreadPool& pool, const float* q, const KvLayer
       if (write) ops::kv_store_head(kv, rows, *write, t, h, scratch);
       const size_t first_head = static_cast<size_t>(t) * n_heads + static_cast<size_t>(h) * group;
       const float* q_heads = q + first_head * kv.k_dim;
-      if (rotated) {  // q.k = (Rq).(Rk): rotate the group's queries once instead of every key
+      if (rotated_k) {  // q.k = (Rq).(Rk): rotate the group's queries once instead of every key
         std::copy_n(q_heads, q_rotated.size(), q_rotated.begin());
         for (int g = 0; g < group; ++g) kv_rotate(q_rotated.data() + static_cast<size_t>(g) * kv.k_dim, kv.k_dim, factors);
         q_heads = q_rotated.data();
@@ -319,9 +324,9 @@ void attention_paged_on(Isa isa, ThreadPool& pool, const float* q, const KvLayer
         continue;
       }
       AttendArgs args{q_heads, group, kv.k_dim, kv.v_dim, kv.k, kv.v, kv.v_stride, kv.block_size, kv.n_blocks, h,
-                      rows.block_tables[t] + first_key / kv.block_size, end_key - first_key, scale, out_heads, state};
+                      rows.block_tables[t] + first_key / kv.block_size, end_key - first_key, scale, out_heads, state, kv.types};
       attend_fn(args);
-      if (rotated && parts == 1)  // values were summed in the rotated basis: rotate the outputs back
+      if (rotated_v && parts == 1)  // values were summed in the rotated basis: rotate the outputs back
         for (int g = 0; g < group; ++g) kv_unrotate(out_heads + static_cast<size_t>(g) * kv.v_dim, kv.v_dim, factors_v);
     }
   });
@@ -331,7 +336,7 @@ void attention_paged_on(Isa isa, ThreadPool& pool, const float* q, const KvLayer
     float* out_heads = out + (static_cast<size_t>(t) * n_heads + static_cast<size_t>(h) * group) * kv.v_dim;
     merge_key_parts(part_out.data() + item * parts * group * kv.v_dim, part_state.data() + item * parts * group * 2, parts,
                     group, kv.v_dim, out_heads);
-    if (rotated)
+    if (rotated_v)
       for (int g = 0; g < group; ++g) kv_unrotate(out_heads + static_cast<size_t>(g) * kv.v_dim, kv.v_dim, factors_v);
   }
 }

@@ -58,5 +58,5 @@ struct AttendVec256 : Vec256 {
 
 namespace kestrel {
 AttendFn attend_kernel_avx2(bool f16) { return f16 ? attend<AttendVec256, uint16_t> : attend<AttendVec256, float>; }
-AttendFn attend_quant_kernel_avx2(KvType t) { return attend_quant_for<AttendVec256>(t); }
+AttendFn attend_quant_kernel_avx2() { return attend_pages<AttendVec256>; }
 }  // namespace kestrel

@@ -59,7 +59,7 @@ struct AttendVec512 : Vec512 {
 
 namespace kestrel {
 AttendFn attend_kernel_avx512(bool f16) { return f16 ? attend<AttendVec512, uint16_t> : attend<AttendVec512, float>; }
-AttendFn attend_quant_kernel_avx512(KvType t) { return attend_quant_for<AttendVec512>(t); }
+AttendFn attend_quant_kernel_avx512() { return attend_pages<AttendVec512>; }
 }  // namespace kestrel
 
 // BF16 pages: scores with one vdpbf16ps per pair of dimensions (16 keys x 2 dims), values with one per

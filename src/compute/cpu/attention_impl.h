@@ -13,7 +13,9 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+
 #include "compute/cpu/prefetch.h"
+#include "compute/kv_quant.h"
 
 namespace kestrel {
 
@@ -32,6 +34,7 @@ struct AttendArgs {
   float* out;            // [G, dv]
   float* softmax_state = nullptr;  // [G, 2] if set: each head's running max and sum of exp(score - max), so
                                    // the outputs of key ranges attended apart can be merged (attention.cpp)
+  KvTypes types{};                 // of K and V pages (the quantized-page kernels read them; float kernels know theirs)
 };
 constexpr int kAttendTile = 16;    // page sizes must be a multiple of this (or 4 or 8); tiles are too
 constexpr int kAttendChunk = 128;  // keys per softmax update (a multiple of kAttendTile)
@@ -82,7 +85,7 @@ class PageStreamPrefetch {
  public:
   PageStreamPrefetch(const AttendArgs& a, size_t k_page_bytes, size_t v_page_bytes, int ahead_keys, int first_per_step,
                      int per_step)
-      : a_(a), k_page_bytes_(k_page_bytes), v_page_bytes_(v_page_bytes), k_lines_(static_cast<int>((k_page_bytes + 63) / 64)),
+      : a_(&a), k_page_bytes_(k_page_bytes), v_page_bytes_(v_page_bytes), k_lines_(static_cast<int>((k_page_bytes + 63) / 64)),
         page_lines_(k_lines_ + static_cast<int>((v_page_bytes + 63) / 64)), ahead_keys_(ahead_keys),
         first_per_step_(first_per_step), steady_per_step_(per_step), n_pages_((a.n_keys + a.block_size - 1) / a.block_size) {
     set_page(0);
@@ -90,7 +93,7 @@ class PageStreamPrefetch {
 
   // The kernel is at key `key`: pages up to key + ahead_keys become due.
   void advance_to(int key) {
-    const int last = (key + ahead_keys_ + a_.block_size - 1) / a_.block_size;
+    const int last = (key + ahead_keys_ + a_->block_size - 1) / a_->block_size;
     due_ = last < n_pages_ ? last : n_pages_;
     per_step_ = key == 0 ? first_per_step_ : steady_per_step_;
   }
@@ -107,12 +110,12 @@ class PageStreamPrefetch {
     page_ = page;
     line_ = 0;
     if (page >= n_pages_) return;
-    const size_t slot = static_cast<size_t>(a_.kv_head) * a_.n_blocks + a_.table[page];
-    k_ = static_cast<const char*>(a_.k) + slot * k_page_bytes_;
-    v_ = static_cast<const char*>(a_.v) + slot * v_page_bytes_;
+    const size_t slot = static_cast<size_t>(a_->kv_head) * a_->n_blocks + a_->table[page];
+    k_ = static_cast<const char*>(a_->k) + slot * k_page_bytes_;
+    v_ = static_cast<const char*>(a_->v) + slot * v_page_bytes_;
   }
 
-  const AttendArgs& a_;
+  const AttendArgs* a_;
   size_t k_page_bytes_, v_page_bytes_;
   int k_lines_, page_lines_, ahead_keys_, first_per_step_, steady_per_step_, n_pages_;
   int per_step_ = 0;
@@ -201,16 +204,20 @@ void attend_finish(const AttendArgs& a, int g0, const float (*acc)[kAttendMaxDim
 // acc[g][i .. i + S * W) += sum over the chunk's n keys of p[g][j] * key j's values (S slices of W lanes,
 // each from load(j, s)); attend_values: V row j from column vi.
 template <typename V, int GC, int S, typename LoadValues>
-void attend_values_with(const float (*p)[kAttendChunk], int n, int i, float (*acc)[kAttendMaxDim], LoadValues load) {
+[[gnu::always_inline]] inline void attend_values_with(const float (*p)[kAttendChunk], int n, int i, float (*acc)[kAttendMaxDim], LoadValues load) {
   using vec = typename V::type;
   vec o[GC][S];
   for (int g = 0; g < GC; ++g)
     for (int s = 0; s < S; ++s) o[g][s] = V::load(acc[g] + i + s * V::W);
   for (int j = 0; j < n; ++j) {
     vec v[S];
+    // Unrolled, or GCC 12 may keep v[] on the stack (the decoding kernels' values 15-20% slower).
+#pragma GCC unroll 8
     for (int s = 0; s < S; ++s) v[s] = load(j, s);  // key j's slice s
+#pragma GCC unroll 8
     for (int g = 0; g < GC; ++g) {
       const vec pj = V::set1(p[g][j]);
+#pragma GCC unroll 8
       for (int s = 0; s < S; ++s) o[g][s] = V::fma(pj, v[s], o[g][s]);
     }
   }
@@ -260,6 +267,29 @@ void attend_values_tail(const float (*p)[kAttendChunk], const T* const* vrow, in
   attend_values<V, float, GC, 1>(p, row_ptr, n, 0, i, acc);
 }
 
+// The scores of one tile of NV vectors of W keys on float pages ([d][bs] transposed K of element type T;
+// kparts[c]: vector c's SPLIT parts, each where its first key lies in its page) for GC heads, into
+// p[g][column + c * W]: one vector op per dimension covers a vector's keys for one head.
+template <typename V, typename T, int GC, int NV, int SPLIT>
+[[gnu::always_inline]] inline void attend_float_scores(const float (*q)[kAttendMaxDim], const T* const (*kparts)[SPLIT], int bs,
+                                                       int d, float (*p)[kAttendChunk], int column, PageStreamPrefetch& ahead) {
+  using vec = typename V::type;
+  vec s[GC][NV];
+  for (int g = 0; g < GC; ++g)
+    for (int c = 0; c < NV; ++c) s[g][c] = V::zero();
+  for (int i = 0; i < d; ++i) {
+    ahead.step();
+    vec k[NV];
+    for (int c = 0; c < NV; ++c) k[c] = attend_load_keys<V, T, SPLIT>(kparts[c], static_cast<size_t>(i) * bs);
+    for (int g = 0; g < GC; ++g) {
+      const vec qi = V::set1(q[g][i]);
+      for (int c = 0; c < NV; ++c) s[g][c] = V::fma(qi, k[c], s[g][c]);
+    }
+  }
+  for (int g = 0; g < GC; ++g)
+    for (int c = 0; c < NV; ++c) V::store(p[g] + column + c * V::W, s[g][c]);
+}
+
 // GC query heads starting at g0 of the group (GC a compile-time count so score tiles stay in registers).
 // V is the including file's vector type: V::W lanes, V::kMaxGroup heads per pass, V::kTileKeys keys scored
 // per tile (a multiple of 16 and of W), V::kValueSlices value slices per accumulation pass, and zero, set1,
@@ -275,7 +305,6 @@ void attend_chunk(const AttendArgs& a, int g0) {
   constexpr int PART = W / SPLIT;  // keys of one vector that lie in one page
   constexpr int VS = V::kValueSlices;
   static_assert(B % kAttendTile == 0 && CK % B == 0, "tiles are whole 16-key steps and fill a chunk");
-  using vec = typename V::type;
   const int d = a.d, dv = a.dv, bs = a.block_size;
   const int page_keys = bs < kAttendTile ? bs : kAttendTile;  // keys of a 16-key step in one page
   alignas(64) float q[GC][kAttendMaxDim];
@@ -320,21 +349,7 @@ void attend_chunk(const AttendArgs& a, int g0) {
         for (int r = 0; r < page_keys; ++r) vrow[t * B + j + r] = v0 + static_cast<size_t>(r) * a.v_stride;
       }
       ahead.advance_to(start);
-      // Scores: one vector op per dimension covers a vector's keys for one head.
-      vec s[GC][NV];
-      for (int g = 0; g < GC; ++g)
-        for (int c = 0; c < NV; ++c) s[g][c] = V::zero();
-      for (int i = 0; i < d; ++i) {
-        ahead.step();
-        vec k[NV];
-        for (int c = 0; c < NV; ++c) k[c] = attend_load_keys<V, T, SPLIT>(kparts[c], static_cast<size_t>(i) * bs);
-        for (int g = 0; g < GC; ++g) {
-          const vec qi = V::set1(q[g][i]);
-          for (int c = 0; c < NV; ++c) s[g][c] = V::fma(qi, k[c], s[g][c]);
-        }
-      }
-      for (int g = 0; g < GC; ++g)
-        for (int c = 0; c < NV; ++c) V::store(p[g] + t * B + c * W, s[g][c]);
+      attend_float_scores<V, T, GC, NV, SPLIT>(q, kparts, bs, d, p, t * B, ahead);
     }
     attend_softmax_update<V, GC>(p, n, tiles * B, m, l, acc, dv);
     // Values: per VS W-wide slices of the value width, the heads' accumulators stay in registers for the

@@ -1,7 +1,9 @@
 // Paged attention over quantized KV pages (q8_0, q4_0, fp8, tq4, tq3; layouts in compute/kv_layer_view.h),
 // dequantizing in registers inside the tile loop: the same tiles, chunks and online softmax as
-// attention_impl.h's float kernel (include that first), for K and V of one quantized type Q, head widths a
-// multiple of 32 (one fp16 scale per 32 values) and pages of a multiple of 16 tokens.
+// attention_impl.h's float kernel (include that first), head widths a multiple of 32 (one fp16 scale per 32
+// values) and pages of a multiple of 16 tokens. Each chunk of keys runs K's score stage, then V's value
+// stage (attend_score_chunk, attend_value_chunk, one per page type), so K and V may differ in type: any
+// two quantized types, or a quantized type beside F32 / F16 pages (llama.cpp's common `-ctk q8_0` with F16 V).
 //   Scores (q8_0: integer dot products, see attend_q8_scores; the others:) per dimension, a vector of W
 //   keys' codes is widened and decoded (int8 or nibble to float, fp8
 //   through its fp16 bit pattern, codebook indices through a register permute) and multiplied by the keys'
@@ -19,6 +21,7 @@
 // int16 with p2's.
 #pragma once
 #include <cstring>
+#include <type_traits>
 
 #include "compute/kv_quant.h"
 
@@ -84,11 +87,16 @@ struct QuantizedQueries {
   float scale[GC][kAttendMaxDim / 32];
   int32_t offset[GC][kAttendMaxDim / 32];  // V::kDotOffset times the group's sum of q bytes
 
-  QuantizedQueries(const float (*q)[kAttendMaxDim], int d, int dot_offset) {
+  template <typename V>
+  void quantize(const float (*q)[kAttendMaxDim], int d) {
     for (int g = 0; g < GC; ++g)
       for (int group = 0; group < d / 32; ++group) {
-        float amax = 0.0f;
-        for (int i = group * 32; i < group * 32 + 32; ++i) amax = q[g][i] > amax ? q[g][i] : -q[g][i] > amax ? -q[g][i] : amax;
+        typename V::type vmax = V::zero();  // max |q| lane by lane
+        for (int i = group * 32; i < group * 32 + 32; i += V::W) {
+          const auto x = V::load(q[g] + i);
+          vmax = V::max(vmax, V::max(x, V::sub(V::zero(), x)));
+        }
+        const float amax = V::reduce_max(vmax);
         const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
         scale[g][group] = amax / 127.0f;
         int32_t sum = 0;
@@ -102,7 +110,7 @@ struct QuantizedQueries {
           }
           q4[g][i4] = static_cast<int32_t>(word);
         }
-        offset[g][group] = dot_offset * sum;
+        offset[g][group] = V::kDotOffset * sum;
       }
   }
 };
@@ -110,7 +118,7 @@ struct QuantizedQueries {
 // Scores of NV vectors of W keys (codes[c]: their page's code planes offset by 4 bytes per key; scales[c]:
 // their fp16 scales) for GC heads, into p[g][column + c * W]: each query broadcast serves every vector.
 template <typename V, int GC, int NV>
-void attend_q8_scores(const QuantizedQueries<GC>& qq, const uint8_t* const* codes, const uint16_t* const* scales, int bs,
+[[gnu::always_inline]] inline void attend_q8_scores(const QuantizedQueries<GC>& qq, const uint8_t* const* codes, const uint16_t* const* scales, int bs,
                       int d, float (*p)[kAttendChunk], int column, PageStreamPrefetch& ahead) {
   using vec = typename V::type;
   using ivec = typename V::itype;
@@ -188,7 +196,7 @@ template <typename V, KvType Q, int GC, int NV>
 // chunk's sum and acc[g] is rescaled to the new running max m[g]. p: the chunk's scores (n keys, `padded`
 // with masked ones); vscales: attend_value_scales's.
 template <typename V, int GC>
-void attend_q8_softmax(float (*p)[kAttendChunk], int n, int padded, const uint16_t* const* vscales, int bs, int groups,
+[[gnu::always_inline]] inline void attend_q8_softmax(float (*p)[kAttendChunk], int n, int padded, const uint16_t* const* vscales, int bs, int groups,
                        float* m, float* l, float (*acc)[kAttendMaxDim], int dv, int32_t (*pq)[GC][kAttendChunk / 2],
                        float (*pscale)[GC]) {
   using vec = typename V::type;
@@ -225,7 +233,7 @@ void attend_q8_softmax(float (*p)[kAttendChunk], int n, int padded, const uint16
 // probabilities (attend_q8_softmax's pq and pscale for the group) in one 16-bit dot product (V::dot2) for W
 // values at once.
 template <typename V, int GC, int S>
-void attend_q8_values(const int32_t (*pq)[kAttendChunk / 2], const float* pscale, int n, const uint8_t* const* vpairs,
+[[gnu::always_inline]] inline void attend_q8_values(const int32_t (*pq)[kAttendChunk / 2], const float* pscale, int n, const uint8_t* const* vpairs,
                       int group, float (*acc)[kAttendMaxDim], PageStreamPrefetch& ahead) {
   using ivec = typename V::itype;
   constexpr int W = V::W, SLICES = kQuantGroup / W;
@@ -237,7 +245,8 @@ void attend_q8_values(const int32_t (*pq)[kAttendChunk / 2], const float* pscale
     for (int jp = 0; jp < (n + 1) / 2; ++jp) {
       ahead.step();
       ivec v2[S];
-      for (int s = 0; s < S; ++s) v2[s] = V::load_i8x2(vpairs[jp] + (column + static_cast<size_t>(s) * W) * 2);
+      const uint8_t* codes = vpairs[jp] + 2 * column;  // the slices at fixed displacements from it
+      for (int s = 0; s < S; ++s) v2[s] = V::load_i8x2(codes + 2 * s * W);
       for (int g = 0; g < GC; ++g)
         for (int s = 0; s < S; ++s) sums[g][s] = V::dot2(sums[g][s], v2[s], pq[g][jp]);
     }
@@ -249,133 +258,260 @@ void attend_q8_values(const int32_t (*pq)[kAttendChunk / 2], const float* pscale
   }
 }
 
+// Page types the kernels below read: every quantized type, and F32 / F16 for one side of a mixed pair
+// (uniform float pages take attention_impl.h's kernel; BF16's pair-interleaved pages take their own).
+constexpr bool attend_float_page(KvType t) { return t == KvType::F32 || t == KvType::F16; }
+constexpr bool attend_quantized_page(KvType t) { return t >= KvType::Q8_0; }
+
+// One pass's state: GC query heads of one (token, KV head) item, carried from chunk to chunk between the
+// score stage (K's type) and the value stage (V's type).
+template <int GC>
+struct AttendHeads {
+  alignas(64) float q[GC][kAttendMaxDim];    // [GC][d] scaled queries (rotated by the caller for rotated K)
+  alignas(64) float acc[GC][kAttendMaxDim];  // [GC][dv] value sums relative to m
+  alignas(64) float p[GC][kAttendChunk];     // [GC][chunk keys] scores, then probabilities
+  float m[GC], l[GC];                        // per head: running max, sum of exp(score - m)
+  QuantizedQueries<GC> qq;                   // q as int8 per 32 dimensions (q8_0 keys only)
+};
+
+// The score stage of one chunk (keys [chunk, chunk + n)) on K pages of type Q: h.p[g][0, n) gets the scores,
+// tile by tile (V::kTileKeys keys; lanes past n score a valid key and are masked by the value stage).
 template <typename V, KvType Q, int GC>
-void attend_quant_chunk(const AttendArgs& a, int g0) {
-  constexpr int B = V::kTileKeys, CK = kAttendChunk, W = V::W, NV = B / W, G32 = kQuantGroup;
+[[gnu::always_inline]] inline void attend_score_chunk(const AttendArgs& a, AttendHeads<GC>& h, int chunk, int n, PageStreamPrefetch& stream) {
+  PageStreamPrefetch ahead = stream;  // a local copy: its counters stay in registers in the loops
+  constexpr int B = V::kTileKeys, W = V::W, NV = B / W;
+  const int d = a.d, bs = a.block_size;
+  const size_t k_codes = attend_quantized_page(Q) ? static_cast<size_t>(bs) * kv_code_bytes(Q, d) : 0;  // bytes of a page's codes
+  const size_t k_page = static_cast<size_t>(bs) * kv_row_bytes(Q, d);
+  const auto* kbase = static_cast<const uint8_t*>(a.k);
+  [[maybe_unused]] const typename V::lut_type lut = V::make_lut(kv_codebook(Q));
+  for (int t = 0; t * B < n; ++t) {
+    const int start = chunk + t * B;
+    const uint8_t* kpage[NV];  // each vector's page
+    int kkey[NV];              // the vector's first key's index in it
+    for (int c = 0; c < NV; ++c) {
+      const int pos = start + c * W < a.n_keys ? start + c * W : start;  // past the end: masked
+      const size_t page = static_cast<size_t>(a.kv_head) * a.n_blocks + a.table[pos / bs];
+      kkey[c] = pos % bs;
+      kpage[c] = kbase + page * k_page;
+    }
+    ahead.advance_to(start);
+    if constexpr (Q == KvType::Q8_0) {
+      const uint8_t* codes[NV];
+      const uint16_t* scales[NV];
+      for (int c = 0; c < NV; ++c) {
+        codes[c] = kpage[c] + static_cast<size_t>(kkey[c]) * 4;
+        scales[c] = reinterpret_cast<const uint16_t*>(kpage[c] + k_codes) + kkey[c];
+      }
+      attend_q8_scores<V, GC, NV>(h.qq, codes, scales, bs, d, h.p, t * B, ahead);
+    } else if constexpr (attend_quantized_page(Q)) {
+      attend_decoded_scores<V, Q, GC, NV>(h.q, kpage, kkey, k_codes, bs, d, lut, h.p, t * B, ahead);
+    } else {
+      using T = std::conditional_t<Q == KvType::F16, uint16_t, float>;
+      const T* kparts[NV][1];
+      for (int c = 0; c < NV; ++c) kparts[c][0] = reinterpret_cast<const T*>(kpage[c]) + kkey[c];
+      attend_float_scores<V, T, GC, NV, 1>(h.q, kparts, bs, d, h.p, t * B, ahead);
+    }
+  }
+  stream = ahead;
+}
+
+// The value stage of one chunk on V pages of type Q: the online-softmax update of the chunk's scores h.p, and
+// the chunk's values accumulated into h.acc for every head.
+template <typename V, KvType Q, int GC>
+[[gnu::always_inline]] inline void attend_value_chunk(const AttendArgs& a, AttendHeads<GC>& h, int chunk, int n, PageStreamPrefetch& stream) {
+  PageStreamPrefetch ahead = stream;  // a local copy: its counters stay in registers in the loops
+  constexpr int B = V::kTileKeys, CK = kAttendChunk, W = V::W, G32 = kQuantGroup;
   constexpr int SLICES = G32 / W;  // vectors per 32-value group
   constexpr int VS = V::kValueSlices < SLICES ? V::kValueSlices : SLICES;
+  static_assert(B % kAttendTile == 0 && CK % B == 0 && SLICES % VS == 0, "tiles fill chunks, slices fill groups");
   constexpr bool kQ8 = Q == KvType::Q8_0;
   constexpr int kCodeKeys = kQ8 ? 2 : 1;  // keys per V code row: q8_0 pages hold pairs of keys
-  static_assert(B % kAttendTile == 0 && CK % B == 0 && SLICES % VS == 0, "tiles fill chunks, slices fill groups");
-  using vec = typename V::type;
-  const int d = a.d, dv = a.dv, bs = a.block_size;
-  const size_t k_codes = static_cast<size_t>(bs) * kv_code_bytes(Q, d);   // bytes of a K page's codes
-  const size_t v_row = kv_code_bytes(Q, dv), v_codes = static_cast<size_t>(bs) * v_row;
-  const size_t k_page = k_codes + static_cast<size_t>(bs) * 2 * (d / G32);
-  const size_t v_page = v_codes + static_cast<size_t>(bs) * 2 * (dv / G32);
-  const typename V::lut_type lut = V::make_lut(kv_codebook(Q));
-  alignas(64) float q[GC][kAttendMaxDim];
-  alignas(64) float acc[GC][kAttendMaxDim];
-  alignas(64) float p[GC][CK];   // scores, then probabilities, of the current chunk
-  float m[GC], l[GC];
-  for (int g = 0; g < GC; ++g) {
-    for (int i = 0; i < d; ++i) q[g][i] = a.q[(g0 + g) * d + i] * a.scale;
-    for (int i = 0; i < dv; ++i) acc[g][i] = 0.0f;
-    m[g] = -3.0e38f;
-    l[g] = 0.0f;
-  }
-  [[maybe_unused]] const QuantizedQueries<kQ8 ? GC : 1> qq(q, kQ8 ? d : 0, V::kDotOffset);
-  const auto* kbase = static_cast<const uint8_t*>(a.k);
+  const int dv = a.dv, bs = a.block_size;
+  const int padded = (n + B - 1) / B * B;
   const auto* vbase = static_cast<const uint8_t*>(a.v);
-  const uint8_t* vcodes[CK / kCodeKeys];      // [chunk keys / kCodeKeys] each code row's V codes
-  const uint16_t* vscales[CK / kAttendTile];  // [16-key steps] scales of the step's first key, group 0
-  PageStreamPrefetch ahead(a, k_page, v_page, kAttendPrefetchKeys, kQuantPrefetchLinesPerStep,
-                           kQuantPrefetchLinesPerStep);
-  for (int chunk = 0; chunk < a.n_keys; chunk += CK) {
-    const int n = a.n_keys - chunk < CK ? a.n_keys - chunk : CK;
-    const int tiles = (n + B - 1) / B, steps = (n + kAttendTile - 1) / kAttendTile;
-    for (int t = 0; t < tiles; ++t) {
-      const int start = chunk + t * B;
-      const uint8_t* kpage[NV];  // each vector's page, offset to its first key
-      int kkey[NV];              // that key's index in the page
-      for (int c = 0; c < NV; ++c) {
-        const int pos = start + c * W < a.n_keys ? start + c * W : start;  // past the end: masked
-        const size_t page = static_cast<size_t>(a.kv_head) * a.n_blocks + a.table[pos / bs];
-        kkey[c] = pos % bs;
-        kpage[c] = kbase + page * k_page;
-      }
-      for (int j = 0; j < B; j += kAttendTile) {
-        const int pos = start + j;
-        if (pos >= a.n_keys) break;
-        const size_t page = static_cast<size_t>(a.kv_head) * a.n_blocks + a.table[pos / bs];
-        const uint8_t* v0 = vbase + page * v_page;
-        vscales[(t * B + j) / kAttendTile] = reinterpret_cast<const uint16_t*>(v0 + v_codes) + pos % bs;
-        for (int r = 0; r < kAttendTile; r += kCodeKeys)  // a q8_0 pair starts where its first key's row would
-          vcodes[(t * B + j + r) / kCodeKeys] = v0 + static_cast<size_t>(pos % bs + r) * v_row;
-      }
-      ahead.advance_to(start);
-      if constexpr (kQ8) {
-        const uint8_t* codes[NV];
-        const uint16_t* scales[NV];
-        for (int c = 0; c < NV; ++c) {
-          codes[c] = kpage[c] + static_cast<size_t>(kkey[c]) * 4;
-          scales[c] = reinterpret_cast<const uint16_t*>(kpage[c] + k_codes) + kkey[c];
-        }
-        attend_q8_scores<V, GC, NV>(qq, codes, scales, bs, d, p, t * B, ahead);
-      } else {
-        attend_decoded_scores<V, Q, GC, NV>(q, kpage, kkey, k_codes, bs, d, lut, p, t * B, ahead);
-      }
+  if constexpr (attend_float_page(Q)) {
+    using T = std::conditional_t<Q == KvType::F16, uint16_t, float>;
+    const T* vrow[CK];  // [chunk keys] each key's V row
+    for (int j = 0; j < n; j += kAttendTile) {
+      const int pos = chunk + j;
+      const size_t page = static_cast<size_t>(a.kv_head) * a.n_blocks + a.table[pos / bs];
+      const T* v0 = reinterpret_cast<const T*>(vbase) + (page * bs + pos % bs) * a.v_stride;
+      for (int r = 0; r < kAttendTile; ++r) vrow[j + r] = v0 + static_cast<size_t>(r) * a.v_stride;
+    }
+    attend_softmax_update<V, GC>(h.p, n, padded, h.m, h.l, h.acc, dv);
+    constexpr int FS = V::kValueSlices;
+    int i = 0;
+    for (; i + FS * W <= dv; i += FS * W)
+      attend_values_with<V, GC, FS>(h.p, n, i, h.acc, [&](int j, int s) {
+        if (s == 0) ahead.step();
+        return V::load(vrow[j] + i + s * W);
+      });
+    for (; i < dv; i += W)  // dv is a multiple of 32, so of W
+      attend_values_with<V, GC, 1>(h.p, n, i, h.acc, [&](int j, int) {
+        ahead.step();
+        return V::load(vrow[j] + i);
+      });
+  } else {
+    const int steps = (n + kAttendTile - 1) / kAttendTile;
+    const size_t v_row = kv_code_bytes(Q, dv), v_codes = static_cast<size_t>(bs) * v_row;
+    const size_t v_page = static_cast<size_t>(bs) * kv_row_bytes(Q, dv);
+    const uint8_t* vcodes[CK / kCodeKeys];      // [chunk keys / kCodeKeys] each code row's V codes
+    const uint16_t* vscales[CK / kAttendTile];  // [16-key steps] scales of the step's first key, group 0
+    for (int j = 0; j < n; j += kAttendTile) {
+      const int pos = chunk + j;
+      const size_t page = static_cast<size_t>(a.kv_head) * a.n_blocks + a.table[pos / bs];
+      const uint8_t* v0 = vbase + page * v_page;
+      vscales[j / kAttendTile] = reinterpret_cast<const uint16_t*>(v0 + v_codes) + pos % bs;
+      for (int r = 0; r < kAttendTile; r += kCodeKeys)  // a q8_0 pair starts where its first key's row would
+        vcodes[(j + r) / kCodeKeys] = v0 + static_cast<size_t>(pos % bs + r) * v_row;
     }
     if constexpr (kQ8) {
       alignas(64) int32_t pq[kAttendMaxDim / G32][GC][CK / 2];  // [value groups][heads][key pairs] (attend_q8_softmax)
       float pscale[kAttendMaxDim / G32][GC];
-      attend_q8_softmax<V, GC>(p, n, tiles * B, vscales, bs, dv / G32, m, l, acc, dv, pq, pscale);
-      for (int group = 0; group < dv / G32; ++group) attend_q8_values<V, GC, VS>(pq[group], pscale[group], n, vcodes, group, acc, ahead);
+      attend_q8_softmax<V, GC>(h.p, n, padded, vscales, bs, dv / G32, h.m, h.l, h.acc, dv, pq, pscale);
+      for (int group = 0; group < dv / G32; ++group) attend_q8_values<V, GC, VS>(pq[group], pscale[group], n, vcodes, group, h.acc, ahead);
     } else {
-      attend_softmax_update<V, GC>(p, n, tiles * B, m, l, acc, dv);
+      const typename V::lut_type lut = V::make_lut(kv_codebook(Q));
+      attend_softmax_update<V, GC>(h.p, n, padded, h.m, h.l, h.acc, dv);
       for (int group = 0; group < dv / G32; ++group) {
-        vec sc[CK / W];  // [chunk keys / W] the keys' scales of this value group
+        typename V::type sc[CK / W];  // [chunk keys / W] the keys' scales of this value group
         attend_value_scales<V>(vscales, bs, steps, group, sc);
         alignas(64) float pv[GC][CK];  // probabilities times the scales
         for (int j = 0; j < steps * kAttendTile; j += W)
-          for (int g = 0; g < GC; ++g) V::store(pv[g] + j, V::mul(V::load(p[g] + j), sc[j / W]));
+          for (int g = 0; g < GC; ++g) V::store(pv[g] + j, V::mul(V::load(h.p[g] + j), sc[j / W]));
         const size_t group_offset = static_cast<size_t>(group) * kv_code_bytes(Q, G32);
         for (int s0 = 0; s0 < SLICES; s0 += VS)  // each key's codes decoded once for the GC heads
-          attend_values_with<V, GC, VS>(pv, n, group * G32 + s0 * W, acc, [&](int j, int s) {
+          attend_values_with<V, GC, VS>(pv, n, group * G32 + s0 * W, h.acc, [&](int j, int s) {
             if (s == 0) ahead.step();
             return attend_decode_values<V, Q>(vcodes[j] + group_offset, s0 + s, lut);
           });
       }
     }
   }
-  attend_finish<GC>(a, g0, acc, m, l);
+  stream = ahead;
 }
 
-template <typename V, KvType Q>
-void attend_quant(const AttendArgs& a) {
-  constexpr int C = V::kMaxGroup;
-  for (int g0 = 0; g0 < a.G; g0 += C) {
-    switch (a.G - g0 < C ? a.G - g0 : C) {
-      case 1: attend_quant_chunk<V, Q, 1>(a, g0); break;
-      case 2: attend_quant_chunk<V, Q, (C >= 2 ? 2 : 1)>(a, g0); break;
-      case 3: attend_quant_chunk<V, Q, (C >= 3 ? 3 : 1)>(a, g0); break;
-      case 4: attend_quant_chunk<V, Q, (C >= 4 ? 4 : 1)>(a, g0); break;
-      case 5: attend_quant_chunk<V, Q, (C >= 5 ? 5 : 1)>(a, g0); break;
-      case 6: attend_quant_chunk<V, Q, (C >= 6 ? 6 : 1)>(a, g0); break;
-      case 7: attend_quant_chunk<V, Q, (C >= 7 ? 7 : 1)>(a, g0); break;
-      default: attend_quant_chunk<V, Q, (C >= 8 ? 8 : 1)>(a, g0); break;
-    }
+// Steps of a stage's streaming loops (PageStreamPrefetch::step) per chunk of kAttendChunk keys, for the rate
+// of the pages' prefetch stream.
+template <typename V>
+int attend_score_steps(KvType t, int d) {
+  return kAttendChunk / V::kTileKeys * (t == KvType::Q8_0 ? d / 4 : d);
+}
+template <typename V>
+int attend_value_steps(KvType t, int dv) {
+  constexpr int W = V::W, SLICES = kQuantGroup / W;
+  constexpr int VS = V::kValueSlices < SLICES ? V::kValueSlices : SLICES;
+  if (attend_float_page(t)) return kAttendChunk * (dv / (V::kValueSlices * W) + dv % (V::kValueSlices * W) / W);
+  return dv / kQuantGroup * SLICES / VS * (t == KvType::Q8_0 ? kAttendChunk / 2 : kAttendChunk);
+}
+
+template <int GC>
+using AttendStageFn = void (*)(const AttendArgs& a, AttendHeads<GC>& h, int chunk, int n, PageStreamPrefetch& ahead);
+
+template <typename V, int GC, bool SCORES>
+AttendStageFn<GC> attend_stage(KvType t) {
+  switch (t) {
+#define KESTREL_ATTEND_STAGE(T) \
+  case T: return SCORES ? attend_score_chunk<V, T, GC> : attend_value_chunk<V, T, GC>;
+    KESTREL_ATTEND_STAGE(KvType::F32)
+    KESTREL_ATTEND_STAGE(KvType::F16)
+    KESTREL_ATTEND_STAGE(KvType::Q8_0)
+    KESTREL_ATTEND_STAGE(KvType::Q4_0)
+    KESTREL_ATTEND_STAGE(KvType::FP8)
+    KESTREL_ATTEND_STAGE(KvType::TQ4)
+    KESTREL_ATTEND_STAGE(KvType::TQ3)
+#undef KESTREL_ATTEND_STAGE
+    default: return nullptr;
   }
 }
 
-// The kernel for K and V pages both of quantized type t.
+// GC query heads starting at g0 of the group over K and V pages of the types a.types (any pair the stages
+// read, at least one of them quantized): per chunk of keys, K's score stage then V's value stage
+// (run_chunk(h, chunk, n, ahead) runs both).
+template <typename V, int GC, typename RunChunk>
+[[gnu::always_inline]] inline void attend_pages_pass(const AttendArgs& a, int g0, RunChunk run_chunk) {
+  const KvType kt = a.types.k, vt = a.types.v;
+  const int d = a.d, dv = a.dv, bs = a.block_size;
+  AttendHeads<GC> h;
+  for (int g = 0; g < GC; ++g) {
+    for (int i = 0; i < d; ++i) h.q[g][i] = a.q[(g0 + g) * d + i] * a.scale;
+    for (int i = 0; i < dv; ++i) h.acc[g][i] = 0.0f;
+    h.m[g] = -3.0e38f;
+    h.l[g] = 0.0f;
+  }
+  if (kt == KvType::Q8_0) h.qq.template quantize<V>(h.q, d);
+  // Quantized pages: a flat kQuantPrefetchLinesPerStep (measured best for them). With float pages on one
+  // side, the float kernel's scheme: the pages' rate per step and a burst over the first tile.
+  const size_t key_bytes = kv_row_bytes(kt, d) + kv_row_bytes(vt, dv);
+  const bool quantized = attend_quantized_page(kt) && attend_quantized_page(vt);
+  const int steps = attend_score_steps<V>(kt, d) + attend_value_steps<V>(vt, dv);
+  const int rate = quantized ? kQuantPrefetchLinesPerStep : attend_stream_rate(key_bytes, kAttendChunk, steps);
+  const int burst = quantized ? kQuantPrefetchLinesPerStep
+                              : attend_stream_rate(key_bytes, kAttendPrefetchKeys, attend_score_steps<V>(kt, d) * V::kTileKeys / kAttendChunk);
+  PageStreamPrefetch ahead(a, static_cast<size_t>(bs) * kv_row_bytes(kt, d), static_cast<size_t>(bs) * kv_row_bytes(vt, dv),
+                           kAttendPrefetchKeys, burst, rate);
+  for (int chunk = 0; chunk < a.n_keys; chunk += kAttendChunk)
+    run_chunk(h, chunk, a.n_keys - chunk < kAttendChunk ? a.n_keys - chunk : kAttendChunk, ahead);
+  attend_finish<GC>(a, g0, h.acc, h.m, h.l);
+}
+
+// K and V of one type Q: the stages inlined into one function per type (through pointers, GCC 12 keeps fewer
+// of the loops' values in registers: q8_0 7-13% slower, q4_0 on AVX2 12%).
+template <typename V, KvType Q, int GC>
+void attend_pages_uniform(const AttendArgs& a, int g0) {
+  attend_pages_pass<V, GC>(a, g0, [&](AttendHeads<GC>& h, int chunk, int n, PageStreamPrefetch& ahead) {
+    attend_score_chunk<V, Q, GC>(a, h, chunk, n, ahead);
+    attend_value_chunk<V, Q, GC>(a, h, chunk, n, ahead);
+  });
+}
+
+// K and V of different types: each stage compiled once per type and called through a pointer, so every pair
+// runs on its two types' loops without an instantiation per pair.
+template <typename V, int GC>
+void attend_pages_mixed(const AttendArgs& a, int g0) {
+  const AttendStageFn<GC> scores = attend_stage<V, GC, true>(a.types.k), values = attend_stage<V, GC, false>(a.types.v);
+  attend_pages_pass<V, GC>(a, g0, [&](AttendHeads<GC>& h, int chunk, int n, PageStreamPrefetch& ahead) {
+    scores(a, h, chunk, n, ahead);
+    values(a, h, chunk, n, ahead);
+  });
+}
+
+template <typename V, int GC>
+void attend_pages_heads(const AttendArgs& a, int g0) {
+  if (a.types.k != a.types.v) return attend_pages_mixed<V, GC>(a, g0);
+  switch (a.types.k) {
+    case KvType::Q8_0: return attend_pages_uniform<V, KvType::Q8_0, GC>(a, g0);
+    case KvType::Q4_0: return attend_pages_uniform<V, KvType::Q4_0, GC>(a, g0);
+    case KvType::FP8: return attend_pages_uniform<V, KvType::FP8, GC>(a, g0);
+    case KvType::TQ4: return attend_pages_uniform<V, KvType::TQ4, GC>(a, g0);
+    default: return attend_pages_uniform<V, KvType::TQ3, GC>(a, g0);
+  }
+}
+
 template <typename V>
-AttendFn attend_quant_for(KvType t) {
-  switch (t) {
-    case KvType::Q8_0: return attend_quant<V, KvType::Q8_0>;
-    case KvType::Q4_0: return attend_quant<V, KvType::Q4_0>;
-    case KvType::FP8: return attend_quant<V, KvType::FP8>;
-    case KvType::TQ4: return attend_quant<V, KvType::TQ4>;
-    case KvType::TQ3: return attend_quant<V, KvType::TQ3>;
-    default: return nullptr;
+void attend_pages(const AttendArgs& a) {
+  constexpr int C = V::kMaxGroup;
+  for (int g0 = 0; g0 < a.G; g0 += C) {
+    switch (a.G - g0 < C ? a.G - g0 : C) {
+      case 1: attend_pages_heads<V, 1>(a, g0); break;
+      case 2: attend_pages_heads<V, (C >= 2 ? 2 : 1)>(a, g0); break;
+      case 3: attend_pages_heads<V, (C >= 3 ? 3 : 1)>(a, g0); break;
+      case 4: attend_pages_heads<V, (C >= 4 ? 4 : 1)>(a, g0); break;
+      case 5: attend_pages_heads<V, (C >= 5 ? 5 : 1)>(a, g0); break;
+      case 6: attend_pages_heads<V, (C >= 6 ? 6 : 1)>(a, g0); break;
+      case 7: attend_pages_heads<V, (C >= 7 ? 7 : 1)>(a, g0); break;
+      default: attend_pages_heads<V, (C >= 8 ? 8 : 1)>(a, g0); break;
+    }
   }
 }
 
 }  // namespace
 
-// Per ISA: the kernel for pages of quantized type t (K and V alike); nullptr where the ISA has none.
-AttendFn attend_quant_kernel_baseline(KvType t);
-AttendFn attend_quant_kernel_avx2(KvType t);
-AttendFn attend_quant_kernel_avx512(KvType t);
+// Per ISA: the kernel for K and V pages of the types in AttendArgs::types, at least one quantized and each
+// quantized, F32 or F16 (attend_quantized_page, attend_float_page); nullptr where the ISA has none.
+AttendFn attend_quant_kernel_baseline();
+AttendFn attend_quant_kernel_avx2();
+AttendFn attend_quant_kernel_avx512();
 
 }  // namespace kestrel
