@@ -258,6 +258,13 @@ template <typename V, int GC, int S>
   }
 }
 
+// Vectors of a 32-value group's values accumulated per pass (the value loops' slices S).
+template <typename V>
+constexpr int attend_quant_value_slices() {
+  constexpr int slices = kQuantGroup / V::W;
+  return V::kValueSlices < slices ? V::kValueSlices : slices;
+}
+
 // Page types the kernels below read: every quantized type, and F32 / F16 for one side of a mixed pair
 // (uniform float pages take attention_impl.h's kernel; BF16's pair-interleaved pages take their own).
 constexpr bool attend_float_page(KvType t) { return t == KvType::F32 || t == KvType::F16; }
@@ -284,7 +291,7 @@ template <typename V, KvType Q, int GC>
   const size_t k_codes = attend_quantized_page(Q) ? static_cast<size_t>(bs) * kv_code_bytes(Q, d) : 0;  // bytes of a page's codes
   const size_t k_page = static_cast<size_t>(bs) * kv_row_bytes(Q, d);
   const auto* kbase = static_cast<const uint8_t*>(a.k);
-  [[maybe_unused]] const typename V::lut_type lut = V::make_lut(kv_codebook(Q));
+  [[maybe_unused]] const typename V::lut_type lut = V::make_lut(kv_codebook(Q));  // tq4 / tq3 codes' levels
   for (int t = 0; t * B < n; ++t) {
     const int start = chunk + t * B;
     const uint8_t* kpage[NV];  // each vector's page
@@ -323,7 +330,7 @@ template <typename V, KvType Q, int GC>
   PageStreamPrefetch ahead = stream;  // a local copy: its counters stay in registers in the loops
   constexpr int B = V::kTileKeys, CK = kAttendChunk, W = V::W, G32 = kQuantGroup;
   constexpr int SLICES = G32 / W;  // vectors per 32-value group
-  constexpr int VS = V::kValueSlices < SLICES ? V::kValueSlices : SLICES;
+  constexpr int VS = attend_quant_value_slices<V>();
   static_assert(B % kAttendTile == 0 && CK % B == 0 && SLICES % VS == 0, "tiles fill chunks, slices fill groups");
   constexpr bool kQ8 = Q == KvType::Q8_0;
   constexpr int kCodeKeys = kQ8 ? 2 : 1;  // keys per V code row: q8_0 pages hold pairs of keys
@@ -400,8 +407,7 @@ int attend_score_steps(KvType t, int d) {
 }
 template <typename V>
 int attend_value_steps(KvType t, int dv) {
-  constexpr int W = V::W, SLICES = kQuantGroup / W;
-  constexpr int VS = V::kValueSlices < SLICES ? V::kValueSlices : SLICES;
+  constexpr int W = V::W, SLICES = kQuantGroup / W, VS = attend_quant_value_slices<V>();
   if (attend_float_page(t)) return kAttendChunk * (dv / (V::kValueSlices * W) + dv % (V::kValueSlices * W) / W);
   return dv / kQuantGroup * SLICES / VS * (t == KvType::Q8_0 ? kAttendChunk / 2 : kAttendChunk);
 }
@@ -485,7 +491,8 @@ void attend_pages_heads(const AttendArgs& a, int g0) {
     case KvType::Q4_0: return attend_pages_uniform<V, KvType::Q4_0, GC>(a, g0);
     case KvType::FP8: return attend_pages_uniform<V, KvType::FP8, GC>(a, g0);
     case KvType::TQ4: return attend_pages_uniform<V, KvType::TQ4, GC>(a, g0);
-    default: return attend_pages_uniform<V, KvType::TQ3, GC>(a, g0);
+    case KvType::TQ3: return attend_pages_uniform<V, KvType::TQ3, GC>(a, g0);
+    default: return attend_pages_mixed<V, GC>(a, g0);  // not taken: attend_kernel sends uniform float pages elsewhere
   }
 }
 
