@@ -80,6 +80,24 @@ bool cpu_has_i8mm() {
 #endif
 }
 
+const char* prefetch_target_name(PrefetchTarget target) { return target == PrefetchTarget::L2 ? "l2" : "l1"; }
+
+PrefetchTarget prefetch_target() {
+  static const PrefetchTarget target = [] {
+    if (const char* forced = std::getenv("KESTREL_PREFETCH")) {
+      for (PrefetchTarget candidate : {PrefetchTarget::L1, PrefetchTarget::L2})
+        if (std::strcmp(forced, prefetch_target_name(candidate)) == 0) return candidate;
+    }
+#if defined(__x86_64__)
+    unsigned max_leaf, vendor[3];  // CPUID leaf 0: the vendor string in ebx, edx, ecx
+    if (__get_cpuid(0, &max_leaf, &vendor[0], &vendor[2], &vendor[1]) && std::memcmp(vendor, "GenuineIntel", 12) == 0)
+      return PrefetchTarget::L2;
+#endif
+    return PrefetchTarget::L1;
+  }();
+  return target;
+}
+
 std::vector<Isa> runnable_isas() {
   const Isa hw = hardware_isa();
   if (hw == Isa::Neon) return {Isa::Scalar, Isa::Neon};

@@ -1,14 +1,20 @@
-// One cache line prefetched into L1 (prefetcht0 on x86, prfm pldl1keep on AArch64), as an instruction the
-// compiler must emit. GCC 12 silently deleted __builtin_prefetch from the AVX-512 32-input GEMM tiles (every
+// One cache line prefetched, as an instruction the compiler must emit: on x86 into L1 (prefetcht0) or L2 only
+// (prefetcht1) as isa.h's prefetch_target() says for this CPU, on AArch64 into L1 (prfm pldl1keep). GCC 12 silently deleted __builtin_prefetch from the AVX-512 32-input GEMM tiles (every
 // Q4_0, Q8_0, Q4_1, Q5_0 and Q5_1 decode ran without software prefetch), so every kernel prefetches through
 // this instead. Reads nothing and cannot fault, so any address, even past the end of a buffer, is fine.
 #pragma once
+
+#include "compute/cpu/isa.h"
 
 namespace kestrel {
 
 inline void prefetch_line(const void* address) {
 #if defined(__x86_64__) || defined(__i386__)
-  asm volatile("prefetcht0 (%0)" : : "r"(address));
+  static const bool into_l2 = prefetch_target() == PrefetchTarget::L2;
+  if (into_l2)
+    asm volatile("prefetcht1 (%0)" : : "r"(address));
+  else
+    asm volatile("prefetcht0 (%0)" : : "r"(address));
 #elif defined(__aarch64__)
   asm volatile("prfm pldl1keep, [%0]" : : "r"(address));
 #else
