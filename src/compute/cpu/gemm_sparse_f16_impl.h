@@ -1,7 +1,10 @@
-// The 2:4 F16 layout's prefill (S24_F16x16, compute/cpu/packed_sparse24.h): groups expanded into the
-// F16Fma16 layout, kFloatGroupChunk at a time as the dense GEMM widens them together, then the float GEMM
-// of gemm_float_impl.h on vector type V; the weights stay exact, as in the sparse decode tiles. Included
-// by the ISA files after gemm_float_impl.h (AVX2 and AVX-512); internal linkage.
+// The 2:4 F16 layout's GEMM (S24_F16x16, compute/cpu/packed_sparse24.h), exact F16 weights against float
+// activations however the tokens are batched. A few tokens (decode): per 4-input group each row's two kept
+// weights meet the activations at their positions, picked from the group's 4 by an in-lane permute
+// (sparse_f16_decode on an ISA's SparseF16 operations). More: groups expanded into the F16Fma16 layout,
+// kFloatGroupChunk at a time as the dense GEMM widens them together, then the float GEMM of
+// gemm_float_impl.h on vector type V (sparse_f16_prefill). Included by the ISA files after
+// gemm_float_impl.h (AVX2 and AVX-512); internal linkage.
 #pragma once
 #include <immintrin.h>
 
@@ -29,6 +32,69 @@ inline void expand_sparse_f16_group(const PackedView& w, int64_t g, uint8_t* out
         const __m256i lower = _mm256_cmpeq_epi16(_mm256_and_si256(m, _mm256_set1_epi16(static_cast<short>((1 << j) - 1))), zero);
         _mm256_storeu_si256(dst + 4 * k + j, _mm256_and_si256(kept, _mm256_blendv_epi8(v1, v0, lower)));
       }
+    }
+  }
+}
+
+// y[t, 16 rows of group g] (+)= W x_t for T tokens, straight from the 2:4 bytes. S, an ISA's operations:
+//   vec / ivec, kRows (rows per vector: the group is 16 / kRows vectors, "parts"), table(p) (a 16-entry
+//   position table of packed_sparse24.h as ivec), masks(blk, k, part) (the part's rows' masks of group k in
+//   the low 4 bits of each 32-bit lane), lookup(table, masks) (each lane's table entry), load_f16(p) (kRows
+//   fp16 widened), broadcast4(p) (4 floats in every 128-bit lane), permute(x4, pos) (lane i takes its
+//   128-bit lane's float pos[i] & 3), fma, add, load, store.
+template <class S, int T>
+void sparse_f16_group(const PackedView& w, const float* x, size_t x_stride, float* y, size_t ys, int64_t g, const uint8_t* after) {
+  using vec = typename S::vec;
+  using ivec = typename S::ivec;
+  constexpr int P = 16 / S::kRows;  // parts of the group
+  const size_t nb = static_cast<size_t>(w.n_blocks);
+  const ivec first = S::table(kSparse24Position[0].data()), second = S::table(kSparse24Position[1].data());
+  vec acc[T][P][2];  // [token][part][kept value]: two FMA chains per row vector
+  KESTREL_UNROLL
+  for (int t = 0; t < T; ++t)
+    for (int h = 0; h < P; ++h) acc[t][h][0] = acc[t][h][1] = S::zero();
+  const uint8_t* group = w.data + static_cast<size_t>(g) * nb * w.block_bytes;
+  for (size_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = group + b * w.block_bytes;
+    prefetch_block(block_ahead(blk, b, kFloatPrefetchBlocks, nb, w.block_bytes, after), w.block_bytes);
+    const auto* kept = reinterpret_cast<const uint16_t*>(blk);  // fp16 (group k, value s, row) at 32 k + 16 s + row
+    for (int k = 0; k < 16; ++k) {
+      ivec pos[P][2];  // [part][kept value] the rows' positions in the group
+      vec wv[P][2];
+      for (int h = 0; h < P; ++h) {
+        const ivec m = S::masks(blk, k, h);
+        pos[h][0] = S::lookup(first, m);
+        pos[h][1] = S::lookup(second, m);
+        for (int s = 0; s < 2; ++s) wv[h][s] = S::load_f16(kept + 32 * k + 16 * s + S::kRows * h);
+      }
+      KESTREL_UNROLL
+      for (int t = 0; t < T; ++t) {
+        const vec x4 = S::broadcast4(x + static_cast<size_t>(t) * x_stride + 64 * b + 4 * static_cast<size_t>(k));
+        for (int h = 0; h < P; ++h)
+          for (int s = 0; s < 2; ++s) acc[t][h][s] = S::fma(wv[h][s], S::permute(x4, pos[h][s]), acc[t][h][s]);
+      }
+    }
+  }
+  KESTREL_UNROLL
+  for (int t = 0; t < T; ++t)
+    for (int h = 0; h < P; ++h) {
+      float* yr = y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16 + static_cast<size_t>(S::kRows * h);
+      const vec sum = S::add(acc[t][h][0], acc[t][h][1]);
+      S::store(yr, w.accumulate ? S::add(S::load(yr), sum) : sum);
+    }
+}
+
+// Up to kSparse24F16DirectTokens tokens, group by group (each group's prefetch running on into the next).
+template <class S>
+void sparse_f16_decode(const PackedView& w, const float* x, int n_tok, float* y, size_t ys, int64_t group_begin, int64_t group_end) {
+  const size_t nb = static_cast<size_t>(w.n_blocks), n_in = nb * 64;
+  for (int64_t g = group_begin; g < group_end; ++g) {
+    const uint8_t* after = g + 1 < group_end ? w.data + static_cast<size_t>(g + 1) * nb * w.block_bytes : w.next;
+    switch (n_tok) {
+      case 1: sparse_f16_group<S, 1>(w, x, n_in, y, ys, g, after); break;
+      case 2: sparse_f16_group<S, 2>(w, x, n_in, y, ys, g, after); break;
+      case 3: sparse_f16_group<S, 3>(w, x, n_in, y, ys, g, after); break;
+      default: sparse_f16_group<S, 4>(w, x, n_in, y, ys, g, after); break;
     }
   }
 }
