@@ -26,8 +26,8 @@ bool cpu_has_i8mm();
 // Which cache the kernels' software prefetches of weights and KV pages fill (compute/cpu/prefetch.h):
 // L1 (prefetcht0, what the kernels were tuned with on AMD Zen 4/5) or L2 only (prefetcht1). Intel server
 // cores stream more bytes per core from memory with L2 (measured on a Sapphire Rapids-class Xeon, 2 threads:
-// TinyLlama decode Q4_0 +8%, Q4_K_M +7%, F16 +5%, Q8_0 +3%, S24_Q8 +11%; BENCHMARKS.md), so Intel gets L2 and
-// every other CPU L1. KESTREL_PREFETCH=l1|l2 overrides (for measuring); AArch64 always uses L1.
+// TinyLlama decode Q4_0 +6-16%, Q4_K_M 0-10%, F16 +3-8%, Q8_0 +2-7%, S24_Q8 +4-12%; BENCHMARKS.md), so Intel
+// gets L2 and every other CPU L1. KESTREL_PREFETCH=l1|l2 overrides (for measuring); AArch64 always uses L1.
 enum class PrefetchTarget { L1 = 0, L2 = 1 };
 const char* prefetch_target_name(PrefetchTarget target);
 PrefetchTarget prefetch_target();
