@@ -132,9 +132,15 @@ inline void add_s24_block_sums(const __m512i (&sum)[T], __m512i offset_terms, __
 // dpbusd multiplies them. The activations are made unsigned (x ^ 0x80 = x + 128 per byte) as they are
 // broadcast, so 128 x the rows' weight sums, taken once for all tokens, comes off at the end of each
 // activation block.
+//
+// S24_Q4 with up to 4 tokens: the codes q (0..15) are the unsigned operand and the shuffled activations the
+// signed one, as they are: sum (q - 8) x = dpbusd(q, x) - dpbusd(8, x), two dpbusd per token where the
+// weight-sum scheme spends the signed codes' subtraction, the weight sum and a flip per token (more tokens
+// keep that scheme: two accumulators per token would not fit the registers).
 template <PackedLayout L, int T>
 void tile_s24(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, const uint8_t* after) {
   constexpr bool kQ8 = L == PackedLayout::S24_Q8x16;
+  constexpr bool kQ4Unsigned = !kQ8 && T <= 4;
   const __m512i first = _mm512_loadu_si512(kSparse24Gather[0].data()), second = _mm512_loadu_si512(kSparse24Gather[1].data());
   const __m512i low4 = _mm512_set1_epi8(0xF), eight = _mm512_set1_epi8(8), ones = _mm512_set1_epi8(1);
   const __m512i to_unsigned = _mm512_set1_epi8(static_cast<char>(0x80));
@@ -148,12 +154,28 @@ void tile_s24(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, 
     const uint8_t* masks = blk + sparse24_masks_offset(L);
     for (int a = 0; a < 2; ++a) {  // the block's two 32-input activation blocks
       __m512i sum[T], weight_sum = _mm512_setzero_si512();  // per row: sum of w (x + 128), and of w
+      __m512i kept8[kQ4Unsigned ? T : 1];                    // kQ4Unsigned: per row, 8 x the kept activations' sum
       KESTREL_UNROLL
       for (int t = 0; t < T; ++t) sum[t] = _mm512_setzero_si512();
+      KESTREL_UNROLL
+      for (auto& k8 : kept8) k8 = _mm512_setzero_si512();
       for (int p = 0; p < 4; ++p) {  // pairs of groups
         const int v = 4 * a + p;
         const __m512i m = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(masks + 16 * v)));
         const __m512i ctrl = _mm512_or_si512(_mm512_permutexvar_epi32(m, first), _mm512_permutexvar_epi32(_mm512_srli_epi32(m, 4), second));
+        if constexpr (kQ4Unsigned) {
+          const __m512i packed = _mm512_loadu_si512(blk + 32 + 64 * p);
+          const __m512i codes = _mm512_and_si512(a == 0 ? packed : _mm512_srli_epi16(packed, 4), low4);  // [16 rows][4] q, 0..15
+          KESTREL_UNROLL
+          for (int t = 0; t < T; ++t) {
+            long long x8;
+            std::memcpy(&x8, xq[static_cast<size_t>(t) * 2 * nb + 2 * b + static_cast<size_t>(a)].qs + 8 * p, 8);
+            const __m512i xg = _mm512_shuffle_epi8(_mm512_set1_epi64(x8), ctrl);  // signed activations
+            sum[t] = _mm512_dpbusd_epi32(sum[t], codes, xg);
+            kept8[t] = _mm512_dpbusd_epi32(kept8[t], eight, xg);
+          }
+          continue;
+        }
         __m512i wv;  // [16 rows][4] signed weight codes
         if constexpr (kQ8) {
           wv = _mm512_loadu_si512(blk + 32 + 64 * v);
@@ -170,6 +192,10 @@ void tile_s24(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, 
           const __m512i x8u = _mm512_xor_si512(_mm512_set1_epi64(x8), to_unsigned);
           sum[t] = _mm512_dpbusd_epi32(sum[t], _mm512_shuffle_epi8(x8u, ctrl), wv);
         }
+      }
+      if constexpr (kQ4Unsigned) {
+        KESTREL_UNROLL
+        for (int t = 0; t < T; ++t) sum[t] = _mm512_sub_epi32(sum[t], kept8[t]);  // sum of (q - 8) x
       }
       add_s24_block_sums<T>(sum, _mm512_slli_epi32(weight_sum, 7), d, xq, nb, b, a, acc);
     }
