@@ -9,27 +9,19 @@
 namespace kestrel {
 namespace {
 
-// The 2:4 F16 decode tile's operations (gemm_sparse_f16_impl.h): 8 rows per vector, positions looked up
-// with an 8-entry permute from the masks' low 3 bits (packed_sparse24.h).
-struct SparseF16Avx2 {
-  using vec = __m256;
-  using ivec = __m256i;
+// The 2:4 F16 decode tile's operations (gemm_sparse_f16_impl.h): Vec256's, 8 rows per vector, positions
+// looked up with an 8-entry permute from the masks' low 3 bits (packed_sparse24.h).
+struct SparseF16Avx2 : Vec256 {
   static constexpr int kRows = 8;
-  static ivec table(const uint32_t* t) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t)); }
-  static ivec masks(const uint8_t* blk, int k, int part) {
+  static itype table(const uint32_t* t) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t)); }
+  static itype masks(const uint8_t* blk, int k, int part) {
     const uint8_t* at = blk + sparse24_masks_offset(PackedLayout::S24_F16x16) + 16 * (k / 2) + 8 * part;
     const __m256i m = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(at)));
     return k % 2 ? _mm256_srli_epi32(m, 4) : m;
   }
-  static ivec lookup(ivec table, ivec m) { return _mm256_permutevar8x32_epi32(table, m); }
-  static vec load_f16(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
-  static vec broadcast4(const float* p) { return _mm256_broadcast_ps(reinterpret_cast<const __m128*>(p)); }
-  static vec permute(vec x4, ivec pos) { return _mm256_permutevar_ps(x4, pos); }
-  static vec zero() { return _mm256_setzero_ps(); }
-  static vec fma(vec a, vec b, vec c) { return _mm256_fmadd_ps(a, b, c); }
-  static vec add(vec a, vec b) { return _mm256_add_ps(a, b); }
-  static vec load(const float* p) { return _mm256_loadu_ps(p); }
-  static void store(float* p, vec v) { _mm256_storeu_ps(p, v); }
+  static itype lookup(itype table, itype m) { return _mm256_permutevar8x32_epi32(table, m); }
+  static type broadcast4(const float* p) { return _mm256_broadcast_ps(reinterpret_cast<const __m128*>(p)); }
+  static type permute(type x4, itype pos) { return _mm256_permutevar_ps(x4, pos); }
 };
 
 void sparse_f16_gemm(PackedView w, const float* x, int n_tok, float* y, size_t ys, int64_t group_begin, int64_t group_end) {

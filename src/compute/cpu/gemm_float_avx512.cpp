@@ -8,28 +8,20 @@
 namespace kestrel {
 namespace {
 
-// The 2:4 F16 decode tile's operations (gemm_sparse_f16_impl.h): the group's 16 rows in one vector (on Intel
+// The 2:4 F16 decode tile's operations (gemm_sparse_f16_impl.h): Vec512's, the group's 16 rows in one vector (on Intel
 // cores, whose widening and permutes share one port, half the AVX2 tile's operations per weight), positions
 // looked up with a 16-entry permute.
-struct SparseF16Avx512 {
-  using vec = __m512;
-  using ivec = __m512i;
+struct SparseF16Avx512 : Vec512 {
   static constexpr int kRows = 16;
-  static ivec table(const uint32_t* t) { return _mm512_loadu_si512(t); }
-  static ivec masks(const uint8_t* blk, int k, int) {
+  static itype table(const uint32_t* t) { return _mm512_loadu_si512(t); }
+  static itype masks(const uint8_t* blk, int k, int) {
     const uint8_t* at = blk + sparse24_masks_offset(PackedLayout::S24_F16x16) + 16 * (k / 2);
     const __m512i m = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at)));
     return k % 2 ? _mm512_srli_epi32(m, 4) : m;  // the lookup reads the low 4 bits
   }
-  static ivec lookup(ivec table, ivec m) { return _mm512_permutexvar_epi32(m, table); }
-  static vec load_f16(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
-  static vec broadcast4(const float* p) { return _mm512_broadcast_f32x4(_mm_loadu_ps(p)); }
-  static vec permute(vec x4, ivec pos) { return _mm512_permutevar_ps(x4, pos); }
-  static vec zero() { return _mm512_setzero_ps(); }
-  static vec fma(vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); }
-  static vec add(vec a, vec b) { return _mm512_add_ps(a, b); }
-  static vec load(const float* p) { return _mm512_loadu_ps(p); }
-  static void store(float* p, vec v) { _mm512_storeu_ps(p, v); }
+  static itype lookup(itype table, itype m) { return _mm512_permutexvar_epi32(m, table); }
+  static type broadcast4(const float* p) { return _mm512_broadcast_f32x4(_mm_loadu_ps(p)); }
+  static type permute(type x4, itype pos) { return _mm512_permutevar_ps(x4, pos); }
 };
 
 void sparse_f16_gemm(PackedView w, const float* x, int n_tok, float* y, size_t ys, int64_t group_begin, int64_t group_end) {

@@ -36,16 +36,16 @@ inline void expand_sparse_f16_group(const PackedView& w, int64_t g, uint8_t* out
   }
 }
 
-// y[t, 16 rows of group g] (+)= W x_t for T tokens, straight from the 2:4 bytes. S, an ISA's operations:
-//   vec / ivec, kRows (rows per vector: the group is 16 / kRows vectors, "parts"), table(p) (a 16-entry
-//   position table of packed_sparse24.h as ivec), masks(blk, k, part) (the part's rows' masks of group k in
-//   the low 4 bits of each 32-bit lane), lookup(table, masks) (each lane's table entry), load_f16(p) (kRows
-//   fp16 widened), broadcast4(p) (4 floats in every 128-bit lane), permute(x4, pos) (lane i takes its
-//   128-bit lane's float pos[i] & 3), fma, add, load, store.
+// y[t, 16 rows of group g] (+)= W x_t for T tokens, straight from the 2:4 bytes. S, an ISA's vector
+// interface (Vec256, Vec512: type, itype, zero, load of floats or fp16, fma, add, store) plus kRows (rows per
+// vector: the group is 16 / kRows vectors, "parts"), table(p) (a 16-entry position table of
+// packed_sparse24.h as itype), masks(blk, k, part) (the part's rows' masks of group k in the low 4 bits of
+// each 32-bit lane), lookup(table, masks) (each lane's table entry), broadcast4(p) (4 floats in every
+// 128-bit lane) and permute(x4, pos) (lane i takes its 128-bit lane's float pos[i] & 3).
 template <class S, int T>
 void sparse_f16_group(const PackedView& w, const float* x, size_t x_stride, float* y, size_t ys, int64_t g, const uint8_t* after) {
-  using vec = typename S::vec;
-  using ivec = typename S::ivec;
+  using vec = typename S::type;
+  using ivec = typename S::itype;
   constexpr int P = 16 / S::kRows;  // parts of the group
   const size_t nb = static_cast<size_t>(w.n_blocks);
   const ivec first = S::table(kSparse24Position[0].data()), second = S::table(kSparse24Position[1].data());
@@ -65,7 +65,7 @@ void sparse_f16_group(const PackedView& w, const float* x, size_t x_stride, floa
         const ivec m = S::masks(blk, k, h);
         pos[h][0] = S::lookup(first, m);
         pos[h][1] = S::lookup(second, m);
-        for (int s = 0; s < 2; ++s) wv[h][s] = S::load_f16(kept + 32 * k + 16 * s + S::kRows * h);
+        for (int s = 0; s < 2; ++s) wv[h][s] = S::load(kept + 32 * k + 16 * s + S::kRows * h);
       }
       KESTREL_UNROLL
       for (int t = 0; t < T; ++t) {
