@@ -8,6 +8,7 @@
 #include "compute/cpu/dot.h"
 #include "compute/cpu/elementwise.h"
 #include "compute/cpu/packed_matrix.h"
+#include "compute/cpu/packed_sparse24.h"
 #include "compute/cpu/q8_activations.h"
 #include "compute/cpu/task_grain.h"
 #include "compute/ref/ref_ops.h"
@@ -121,50 +122,92 @@ TEST(Kernels, IntegerDotMatchesReferenceOnEveryIsa) {
   }
 }
 
+// The packed layouts of a type that ISA level `isa` runs on this CPU: the one pack() picks for it, and on
+// AVX-512 the 2:4 types' masks layouts too (pack() picks the positions ones where the CPU has VBMI; the masks
+// kernels serve AVX-512 CPUs without it).
+std::vector<PackedLayout> layouts_run_by(const WeightMatrix& m, Isa isa) {
+  const auto packed = PackedMatrix::pack(m, isa);
+  if (!packed) return {};
+  std::vector<PackedLayout> out{packed->layout};
+  if (sparse24_has_positions(packed->layout)) out.push_back(m.type == DType::S24_Q8 ? PackedLayout::S24_Q8x16 : PackedLayout::S24_Q4x16);
+  return out;
+}
+
+// Layout `layout` of m against the references, run by ISA level `isa`'s kernel.
+void check_packed_gemm(const WeightMatrix& m, PackedLayout layout, Isa isa) {
+  const size_t n_in = static_cast<size_t>(m.n_in), n_out = static_cast<size_t>(m.n_out), nb = n_in / 32;
+  const auto packed = PackedMatrix::pack(m, layout);
+  ASSERT_TRUE(packed.has_value());
+  const PackedGemmFn kernel = packed_gemm_kernel(layout, isa);
+  for (int n_tok : {1, 3, 8, 13, 29}) {
+    SCOPED_TRACE(std::string(isa_name(isa)) + " " + dtype_name(m.type) + " layout " + std::to_string(static_cast<int>(layout)) +
+                 " n_tok=" + std::to_string(n_tok));
+    std::vector<BlockQ8A> xq(static_cast<size_t>(n_tok) * nb);
+    for (int t = 0; t < n_tok; ++t)
+      quantize_activations_q8a(random_vector(n_in, 80 + static_cast<uint32_t>(t)).data(), xq.data() + t * nb, n_in);
+    // The reference over the packed bytes must agree with the row-dot reference over the file's bytes...
+    std::vector<float> want(n_out * n_tok), rows(n_out * n_tok);
+    packed_gemm_reference(layout)(packed->view(), xq.data(), n_tok, want.data(), n_out, 0, packed->n_groups());
+    for (size_t r = 0; r < n_out; ++r)
+      dot_q8_kernel_scalar(m.type)(m.row(static_cast<int64_t>(r)), xq.data(), nb, n_tok, n_in, rows.data() + r, n_out);
+    for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(want[i], rows[i], 1e-4 * (1 + std::fabs(rows[i]))) << i;
+    // ...and the ISA's kernel with the reference, on a sub-range of row groups.
+    std::vector<float> got(want.size(), -7.f);
+    kernel(packed->view(), xq.data(), n_tok, got.data(), n_out, 1, 3);
+    for (int t = 0; t < n_tok; ++t)
+      for (size_t r = 0; r < n_out; ++r) {
+        const size_t i = t * n_out + r;
+        if (r < 16) EXPECT_EQ(got[i], -7.f) << "group 0 was not asked for";
+        else EXPECT_NEAR(got[i], want[i], 1e-4 * (1 + std::fabs(want[i]))) << i;
+      }
+    // Where the thread streams next (prefetched on into) changes nothing in the results.
+    PackedView streaming_on = packed->view();
+    streaming_on.next = packed->block(0, 0);
+    std::vector<float> again(want.size(), -7.f);
+    kernel(streaming_on, xq.data(), n_tok, again.data(), n_out, 1, 2);
+    kernel(streaming_on, xq.data(), n_tok, again.data(), n_out, 2, 3);
+    EXPECT_EQ(again, got);
+    // Accumulating stores add to what y holds.
+    PackedView adding = packed->view();
+    adding.accumulate = true;
+    kernel(adding, xq.data(), n_tok, again.data(), n_out, 1, 3);
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(again[i], i % n_out < 16 ? -7.f : got[i] + got[i]) << i;
+  }
+}
+
 TEST(Kernels, PackedGemmMatchesReferenceOnEveryIsa) {
-  const size_t n_in = 512, n_out = 48, nb = n_in / 32;
+  const size_t n_in = 512, n_out = 48;
   for (DType type : kBlockTypes) {
     const auto bytes = quantized(type, random_vector(n_in * n_out, 70, 0.05f), n_in);
     const WeightMatrix m{type, static_cast<int64_t>(n_in), static_cast<int64_t>(n_out), bytes.data(), row_bytes(type, n_in)};
-    const auto packed = PackedMatrix::pack(m);
-    ASSERT_TRUE(packed.has_value());
-    for (int n_tok : {1, 3, 8, 13, 29}) {
-      std::vector<BlockQ8A> xq(static_cast<size_t>(n_tok) * nb);
-      for (int t = 0; t < n_tok; ++t)
-        quantize_activations_q8a(random_vector(n_in, 80 + static_cast<uint32_t>(t)).data(), xq.data() + t * nb, n_in);
-      // The reference over the packed bytes must agree with the row-dot reference over the file's bytes...
-      std::vector<float> want(n_out * n_tok), rows(n_out * n_tok);
-      packed_gemm_reference(packed->layout)(packed->view(), xq.data(), n_tok, want.data(), n_out, 0,
-                                            packed->n_groups());
-      for (size_t r = 0; r < n_out; ++r)
-        dot_q8_kernel_scalar(type)(m.row(static_cast<int64_t>(r)), xq.data(), nb, n_tok, n_in, rows.data() + r, n_out);
-      for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(want[i], rows[i], 1e-4 * (1 + std::fabs(rows[i]))) << i;
-      // ...and every ISA's kernel with the reference, also on a sub-range of row groups.
-      for (Isa isa : runnable_isas()) {
-        if (!PackedMatrix::supports(type, n_in, n_out, isa)) continue;
-        SCOPED_TRACE(std::string(isa_name(isa)) + " " + dtype_name(type) + " n_tok=" + std::to_string(n_tok));
-        std::vector<float> got(want.size(), -7.f);
-        packed_gemm_kernel(packed->layout, isa)(packed->view(), xq.data(), n_tok, got.data(), n_out, 1, 3);
-        for (int t = 0; t < n_tok; ++t)
-          for (size_t r = 0; r < n_out; ++r) {
-            const size_t i = t * n_out + r;
-            if (r < 16) EXPECT_EQ(got[i], -7.f) << "group 0 was not asked for";
-            else EXPECT_NEAR(got[i], want[i], 1e-4 * (1 + std::fabs(want[i]))) << i;
-          }
-        // Where the thread streams next (prefetched on into) changes nothing in the results.
-        PackedView streaming_on = packed->view();
-        streaming_on.next = packed->block(0, 0);
-        std::vector<float> again(want.size(), -7.f);
-        packed_gemm_kernel(packed->layout, isa)(streaming_on, xq.data(), n_tok, again.data(), n_out, 1, 2);
-        packed_gemm_kernel(packed->layout, isa)(streaming_on, xq.data(), n_tok, again.data(), n_out, 2, 3);
-        EXPECT_EQ(again, got);
-        // Accumulating stores add to what y holds.
-        PackedView adding = packed->view();
-        adding.accumulate = true;
-        packed_gemm_kernel(packed->layout, isa)(adding, xq.data(), n_tok, again.data(), n_out, 1, 3);
-        for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(again[i], i % n_out < 16 ? -7.f : got[i] + got[i]) << i;
-      }
+    for (Isa isa : runnable_isas()) {
+      if (!PackedMatrix::supports(type, n_in, n_out, isa)) continue;
+      for (PackedLayout layout : layouts_run_by(m, isa)) check_packed_gemm(m, layout, isa);
     }
+  }
+}
+
+// The 2:4 integer types pack in their positions layouts exactly where the CPU has AVX-512 VBMI, and those
+// hold the same weights as the masks layouts.
+TEST(Kernels, Sparse24PositionsLayoutsWhereTheCpuHasVbmi) {
+  const size_t n_in = 256, n_out = 32;
+  for (DType type : {DType::S24_Q8, DType::S24_Q4}) {
+    const auto bytes = quantized(type, random_vector(n_in * n_out, 75, 0.05f), n_in);
+    const WeightMatrix m{type, static_cast<int64_t>(n_in), static_cast<int64_t>(n_out), bytes.data(), row_bytes(type, n_in)};
+    const PackedLayout masks = type == DType::S24_Q8 ? PackedLayout::S24_Q8x16 : PackedLayout::S24_Q4x16;
+    EXPECT_EQ(PackedMatrix::pack(m, Isa::Avx2)->layout, masks);
+    EXPECT_EQ(PackedMatrix::pack(m, Isa::Avx512)->layout, cpu_has_avx512_vbmi() ? sparse24_positions_twin(masks) : masks);
+    const auto a = PackedMatrix::pack(m, masks), b = PackedMatrix::pack(m, sparse24_positions_twin(masks));
+    ASSERT_TRUE(a && b);
+    EXPECT_FALSE(PackedMatrix::pack(m, PackedLayout::Q8_0x16).has_value()) << "a layout of another type";
+    std::vector<float> wa(64), wb(64);
+    for (int64_t g = 0; g < a->n_groups(); ++g)
+      for (int64_t blk = 0; blk < a->n_blocks(); ++blk)
+        for (int r = 0; r < PackedMatrix::kRows; ++r) {
+          unpack_block_row(a->layout, a->block(g, blk), r, wa.data());
+          unpack_block_row(b->layout, b->block(g, blk), r, wb.data());
+          ASSERT_EQ(wa, wb) << "group " << g << " block " << blk << " row " << r;
+        }
   }
 }
 

@@ -194,7 +194,7 @@ void half_tile_s24(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t
     const StreamHalf ahead = two_pass_ahead(group, half, b, T > 1 ? kPrefetchBlocks : kPrefetchBlocksDecode, nb, w.block_bytes, after);
     prefetch_block_part(ahead.block, w.block_bytes, ahead.half, 2);
     const __m256 d = load_8_halves(blk + 16 * half);
-    const uint8_t* masks = blk + sparse24_masks_offset(L) + 8 * half;
+    const uint8_t* masks = blk + sparse24_meta_offset(L) + 8 * half;
     for (int a = 0; a < 2; ++a) {  // the block's two 32-input activation blocks
       // per row: int32 sums (Q8), or int16 pairs (Q4: 4 x 2 x 255 x 8 < 2^15) and the weights' int16 pair sums
       __m256i sum[T], weight_sum = _mm256_setzero_si256();
@@ -249,7 +249,7 @@ void prepare_s24_wide(const PackedView& w, int64_t g, const uint8_t* after, uint
     uint8_t* dst = out + b * kSparse24WideBlockBytes;
     for (int half = 0; half < 2; ++half) {
       _mm256_storeu_ps(reinterpret_cast<float*>(dst) + 8 * half, load_8_halves(blk + 16 * half));
-      const uint8_t* masks = blk + sparse24_masks_offset(L) + 8 * half;
+      const uint8_t* masks = blk + sparse24_meta_offset(L) + 8 * half;
       for (int a = 0; a < 2; ++a) {
         __m256i weight_sum = _mm256_setzero_si256();  // int16 pairs
         for (int p = 0; p < 4; ++p) {

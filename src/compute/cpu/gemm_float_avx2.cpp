@@ -15,7 +15,7 @@ struct SparseF16Avx2 : Vec256 {
   static constexpr int kRows = 8;
   static itype table(const uint32_t* t) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t)); }
   static itype masks(const uint8_t* blk, int k, int part) {
-    const uint8_t* at = blk + sparse24_masks_offset(PackedLayout::S24_F16x16) + 16 * (k / 2) + 8 * part;
+    const uint8_t* at = blk + sparse24_meta_offset(PackedLayout::S24_F16x16) + 16 * (k / 2) + 8 * part;
     const __m256i m = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(at)));
     return k % 2 ? _mm256_srli_epi32(m, 4) : m;
   }

@@ -15,7 +15,7 @@ struct SparseF16Avx512 : Vec512 {
   static constexpr int kRows = 16;
   static itype table(const uint32_t* t) { return _mm512_loadu_si512(t); }
   static itype masks(const uint8_t* blk, int k, int) {
-    const uint8_t* at = blk + sparse24_masks_offset(PackedLayout::S24_F16x16) + 16 * (k / 2);
+    const uint8_t* at = blk + sparse24_meta_offset(PackedLayout::S24_F16x16) + 16 * (k / 2);
     const __m512i m = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at)));
     return k % 2 ? _mm512_srli_epi32(m, 4) : m;  // the lookup reads the low 4 bits
   }

@@ -23,7 +23,7 @@ inline void expand_sparse_f16_group(const PackedView& w, int64_t g, uint8_t* out
     auto* dst = reinterpret_cast<__m256i*>(out + static_cast<size_t>(b) * 2048);  // [64 inputs] x 16 fp16
     for (int k = 0; k < 16; ++k) {
       const __m256i masks16 = _mm256_cvtepu8_epi16(
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + sparse24_masks_offset(PackedLayout::S24_F16x16) + 16 * (k / 2))));
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + sparse24_meta_offset(PackedLayout::S24_F16x16) + 16 * (k / 2))));
       const __m256i m = _mm256_and_si256(k % 2 ? _mm256_srli_epi16(masks16, 4) : masks16, low4);  // [16 rows]
       const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * k));
       const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * k + 32));

@@ -58,17 +58,29 @@ Isa hardware_isa() { return Isa::Scalar; }
 #endif
 }  // namespace
 
-bool cpu_has_avx512_bf16() {
+namespace {
+// Whether this CPU is at the Avx512 level and CPUID leaf 7, subleaf `subleaf`, sets `bit` of register `reg`
+// (0: eax, 1: ebx, 2: ecx, 3: edx).
+bool avx512_extension(unsigned subleaf, int reg, unsigned bit) {
 #if defined(__x86_64__) && defined(KESTREL_HAVE_X86_KERNELS)
-  static const bool has = [] {
-    unsigned eax, ebx, ecx, edx;
-    if (hardware_isa() < Isa::Avx512 || !__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) return false;
-    return (eax & (1u << 5)) != 0;
-  }();
-  return has && detected_isa() == Isa::Avx512;
+  unsigned r[4];
+  if (hardware_isa() < Isa::Avx512 || !__get_cpuid_count(7, subleaf, &r[0], &r[1], &r[2], &r[3])) return false;
+  return (r[reg] & (1u << bit)) != 0;
 #else
+  (void)subleaf, (void)reg, (void)bit;
   return false;
 #endif
+}
+}  // namespace
+
+bool cpu_has_avx512_bf16() {
+  static const bool has = avx512_extension(1, 0, 5);  // AVX512_BF16
+  return has && detected_isa() == Isa::Avx512;
+}
+
+bool cpu_has_avx512_vbmi() {
+  static const bool has = avx512_extension(0, 2, 1);  // AVX512_VBMI
+  return has && detected_isa() == Isa::Avx512;
 }
 
 bool cpu_has_i8mm() {

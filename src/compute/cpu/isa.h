@@ -20,6 +20,9 @@ Isa detected_isa();
 std::vector<Isa> runnable_isas();
 // AVX-512 BF16 dot products (vdpbf16ps), on top of the Avx512 level (Zen 4, Sapphire Rapids).
 bool cpu_has_avx512_bf16();
+// AVX-512 VBMI byte permutes (vpmultishiftqb, vpermb), on top of the Avx512 level (Zen 4, Ice Lake and later;
+// not Cascade Lake, whose AVX-512 has VNNI without VBMI).
+bool cpu_has_avx512_vbmi();
 // AArch64 8-bit integer matrix multiply (smmla, ARMv8.6-A i8mm), on top of the Neon level.
 bool cpu_has_i8mm();
 

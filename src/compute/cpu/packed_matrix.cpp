@@ -68,10 +68,17 @@ constexpr LayoutInfo kIntegerLayouts[] = {
     {DType::Q5_K, PackedLayout::Q5_Kx16, 256, 2304 + 512},    {DType::Q6_K, PackedLayout::Q6_Kx16, 256, 3360},
     {DType::Q2_K, PackedLayout::Q2_Kx16, 256, 64 + 256 + 8 * 128}, {DType::Q3_K, PackedLayout::Q3_Kx16, 256, 32 + 192 + 8 * 192},
     {DType::S24_Q8, PackedLayout::S24_Q8x16, 64, 672},        {DType::S24_Q4, PackedLayout::S24_Q4x16, 64, 416},
+    {DType::S24_Q8, PackedLayout::S24_Q8x16P, 64, 672},       {DType::S24_Q4, PackedLayout::S24_Q4x16P, 64, 416},
 };
+// The first (for the S24 types: the masks) integer layout of a type, or null.
 const LayoutInfo* integer_layout(DType type) {
   for (const LayoutInfo& l : kIntegerLayouts)
     if (l.type == type) return &l;
+  return nullptr;
+}
+const LayoutInfo* integer_layout(PackedLayout layout) {
+  for (const LayoutInfo& l : kIntegerLayouts)
+    if (l.layout == layout) return &l;
   return nullptr;
 }
 
@@ -94,27 +101,38 @@ bool PackedMatrix::supports(DType type, int64_t n_in, int64_t n_out, Isa isa) {
 }
 
 std::optional<PackedMatrix> PackedMatrix::pack(const WeightMatrix& w, Isa isa) {
+  const bool avx512 = isa_includes(isa, Isa::Avx512);
+  if (const LayoutInfo* l = integer_layout(w.type)) {
+    const bool positions = avx512 && cpu_has_avx512_vbmi() && (w.type == DType::S24_Q8 || w.type == DType::S24_Q4);
+    return pack(w, positions ? sparse24_positions_twin(l->layout) : l->layout);
+  }
+  if (w.type == DType::F16 || w.type == DType::BF16) {
+    if (avx512 && cpu_has_avx512_bf16()) return pack(w, PackedLayout::BF16x16);
+    return pack(w, w.type == DType::F16 ? PackedLayout::F16Fma16 : PackedLayout::BF16Fma16);
+  }
+  if (w.type == DType::F32) return pack(w, PackedLayout::F32Fma16);
+  if (w.type == DType::S24_F16) return pack(w, PackedLayout::S24_F16x16);
+  return std::nullopt;
+}
+
+std::optional<PackedMatrix> PackedMatrix::pack(const WeightMatrix& w, PackedLayout layout) {
   const bool float_weights = is_float_weight(w.type);
   if (float_weights ? w.n_in <= 0 || w.n_out <= 0 : w.n_out % kRows != 0) return std::nullopt;
   PackedMatrix p;
   p.n_in = float_weights ? (w.n_in + 31) / 32 * 32 : w.n_in;  // float weights: zeros up to whole blocks...
   p.n_out = float_weights ? (w.n_out + kRows - 1) / kRows * kRows : w.n_out;  // ...and whole row groups
-  if (const LayoutInfo* l = integer_layout(w.type)) {
-    p.layout = l->layout;
-    p.block_inputs = l->block_inputs;
+  p.layout = layout;
+  p.block_inputs = packed_block_inputs(layout);
+  if (const LayoutInfo* l = integer_layout(layout)) {
+    if (l->type != w.type) return std::nullopt;
     p.block_bytes = l->block_bytes;
-  } else if (w.type == DType::F16 || w.type == DType::BF16) {
-    if (isa_includes(isa, Isa::Avx512) && cpu_has_avx512_bf16()) p.layout = PackedLayout::BF16x16;
-    else p.layout = w.type == DType::F16 ? PackedLayout::F16Fma16 : PackedLayout::BF16Fma16;
-    p.block_inputs = 32;
+  } else if (layout == PackedLayout::BF16x16 && (w.type == DType::F16 || w.type == DType::BF16)) {
     p.block_bytes = 1024;
-  } else if (w.type == DType::F32) {
-    p.layout = PackedLayout::F32Fma16;
-    p.block_inputs = 32;
+  } else if ((layout == PackedLayout::F16Fma16 && w.type == DType::F16) || (layout == PackedLayout::BF16Fma16 && w.type == DType::BF16)) {
+    p.block_bytes = 1024;
+  } else if (layout == PackedLayout::F32Fma16 && w.type == DType::F32) {
     p.block_bytes = 2048;
-  } else if (w.type == DType::S24_F16) {
-    p.layout = PackedLayout::S24_F16x16;
-    p.block_inputs = 64;
+  } else if (layout == PackedLayout::S24_F16x16 && w.type == DType::S24_F16) {
     p.block_bytes = 1152;
   } else {
     return std::nullopt;
@@ -137,6 +155,8 @@ std::optional<PackedMatrix> PackedMatrix::pack(const WeightMatrix& w, Isa isa) {
       switch (p.layout) {
         case PackedLayout::S24_Q8x16:
         case PackedLayout::S24_Q4x16:
+        case PackedLayout::S24_Q8x16P:
+        case PackedLayout::S24_Q4x16P:
         case PackedLayout::S24_F16x16: {
           const uint8_t* rows[kRows];
           for (int i = 0; i < kRows; ++i) rows[i] = row_block(i);
@@ -286,6 +306,8 @@ void unpack_block_row(PackedLayout layout, const uint8_t* blk, int i, float* out
   switch (layout) {
     case PackedLayout::S24_Q8x16:
     case PackedLayout::S24_Q4x16:
+    case PackedLayout::S24_Q8x16P:
+    case PackedLayout::S24_Q4x16P:
     case PackedLayout::S24_F16x16: unpack_sparse24_block_row(layout, blk, i, out); break;
     case PackedLayout::BF16x16:
       for (int k = 0; k < 32; ++k) out[k] = bf16_to_fp32(halves[(k / 2) * 32 + i * 2 + k % 2]);
@@ -380,6 +402,7 @@ PackedGemmFn packed_gemm_kernel_avx2(PackedLayout) { return nullptr; }
 PackedGemmF32Fn packed_gemm_f32_kernel_avx2(PackedLayout) { return nullptr; }
 PackedGemmF32Fn packed_gemm_f32_kernel_avx512(PackedLayout) { return nullptr; }
 PackedGemmFn packed_gemm_kernel_avx512(PackedLayout) { return nullptr; }
+PackedGemmFn packed_gemm_kernel_avx512vbmi(PackedLayout) { return nullptr; }
 #endif
 
 PackedGemmFn packed_gemm_kernel(PackedLayout layout, Isa isa) {

@@ -42,6 +42,9 @@
 //   S24_Q4x16:  fp16 d[16]; 4 x 64 bytes: byte 4 r + m of u holds pair u's code q (0..15, w = d (q - 8))
 //               in its low nibble and pair u + 4's in its high one; masks.                             416 bytes
 //   S24_F16x16: fp16 kept values (group k, value s, row) at 2 (32 k + 16 s + row); masks.              1152 bytes
+//   S24_Q8x16P, S24_Q4x16P: S24_Q8x16's and S24_Q4x16's bytes with the file's 2-bit positions in place of
+//               the masks: row r's index bytes 4a..4a+3 at 64 a + 4 r (a = 0, 1), the same 128 bytes. Packed
+//               for AVX-512 with VBMI (packed_sparse24.h).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -56,7 +59,7 @@ namespace kestrel {
 
 enum class PackedLayout {
   Q4_0x16, Q8_0x16, Q4_Kx16, Q6_Kx16, BF16x16, F16Fma16, BF16Fma16, Q4_1x16, Q5_0x16, Q5_1x16, Q5_Kx16, Q2_Kx16, Q3_Kx16,
-  S24_Q8x16, S24_Q4x16, S24_F16x16, F32Fma16
+  S24_Q8x16, S24_Q4x16, S24_F16x16, F32Fma16, S24_Q8x16P, S24_Q4x16P
 };
 
 // Whether the layout is multiplied by 8-bit activation blocks (PackedGemmFn).
@@ -74,6 +77,8 @@ constexpr int packed_block_inputs(PackedLayout l) {
     case PackedLayout::Q6_Kx16: return 256;
     case PackedLayout::S24_Q8x16:
     case PackedLayout::S24_Q4x16:
+    case PackedLayout::S24_Q8x16P:
+    case PackedLayout::S24_Q4x16P:
     case PackedLayout::S24_F16x16: return 64;
     default: return 32;
   }
@@ -122,9 +127,11 @@ struct PackedMatrix {
   // block, or float weights of any shape) with a fast kernel on this ISA level.
   static bool supports(DType type, int64_t n_in, int64_t n_out, Isa isa);
   // A packed copy of w in the layout for this ISA level's kernels (F16 and BF16: BF16x16 where the CPU has
-  // AVX-512 BF16, else the Fma16 layouts; F32: F32Fma16), or nullopt when the type or shape has no packed
-  // layout.
+  // AVX-512 BF16, else the Fma16 layouts; F32: F32Fma16; S24_Q8 and S24_Q4: the positions layouts where it
+  // has AVX-512 VBMI, else the masks ones), or nullopt when the type or shape has no packed layout.
   static std::optional<PackedMatrix> pack(const WeightMatrix& w, Isa isa = detected_isa());
+  // w packed in a given layout of its type (the S24 layouts have two: masks and positions), or nullopt.
+  static std::optional<PackedMatrix> pack(const WeightMatrix& w, PackedLayout layout);
 };
 
 // y[t, r] for rows in groups [group_begin, group_end) and tokens [0, n_tok): the integer GEMM against
@@ -134,6 +141,7 @@ using PackedGemmFn = void (*)(PackedView w, const BlockQ8A* xq, int n_tok, float
 PackedGemmFn packed_gemm_kernel(PackedLayout layout, Isa isa);
 PackedGemmFn packed_gemm_kernel_avx2(PackedLayout layout);
 PackedGemmFn packed_gemm_kernel_avx512(PackedLayout layout);
+PackedGemmFn packed_gemm_kernel_avx512vbmi(PackedLayout layout);  // S24_Q8x16P, S24_Q4x16P (CPUs with VBMI)
 PackedGemmFn packed_gemm_kernel_neon(PackedLayout layout);
 // Scalar reference over the same packed bytes.
 PackedGemmFn packed_gemm_reference(PackedLayout layout);

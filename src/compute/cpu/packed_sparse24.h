@@ -48,9 +48,22 @@ inline constexpr std::array<std::array<uint32_t, 16>, 2> kSparse24Position = {
     sparse24_mask_table([](uint32_t m) { return uint32_t(mask_position(m, 1)); }),
 };
 
-// Where a 2:4 block's masks start (16 bytes per pair of groups).
-constexpr size_t sparse24_masks_offset(PackedLayout l) {
-  return l == PackedLayout::S24_Q8x16 ? 32 + 512 : l == PackedLayout::S24_Q4x16 ? 32 + 256 : 1024;
+// Positions layouts (S24_Q8x16P, S24_Q4x16P): the masks' 128 bytes hold the file's 2-bit positions instead,
+// row r's index bytes 4a..4a+3 at 64 a + 4 r: byte p of that dword holds pair 4a + p's positions (group
+// 2v's two at bits 0-3, group 2v + 1's at bits 4-7). On AVX-512 with VBMI one vpmultishiftqb and one
+// vpternlogd make a pair's 16 controls from them, where masks take a widening and two permutes (all three on
+// the shuffle port, which the gathering shuffles need too); AVX2 has no such byte move, and the masks index
+// its 8-entry permutes (see above), so the masks layouts stay for AVX2 and AVX-512 without VBMI.
+constexpr bool sparse24_has_positions(PackedLayout l) { return l == PackedLayout::S24_Q8x16P || l == PackedLayout::S24_Q4x16P; }
+constexpr PackedLayout sparse24_positions_twin(PackedLayout masks) {
+  return masks == PackedLayout::S24_Q8x16 ? PackedLayout::S24_Q8x16P : PackedLayout::S24_Q4x16P;
+}
+// Whether a 2:4 integer layout's kept values are Q8 codes (else Q4 ones).
+constexpr bool sparse24_q8_values(PackedLayout l) { return l == PackedLayout::S24_Q8x16 || l == PackedLayout::S24_Q8x16P; }
+
+// Where a 2:4 block's masks (or positions) start: 128 bytes, the block's end.
+constexpr size_t sparse24_meta_offset(PackedLayout l) {
+  return sparse24_q8_values(l) ? 32 + 512 : l == PackedLayout::S24_Q4x16 || l == PackedLayout::S24_Q4x16P ? 32 + 256 : 1024;
 }
 
 // Up to this many tokens the 2:4 F16 kernels multiply the sparse values; beyond, groups are expanded into
