@@ -129,7 +129,7 @@ std::vector<PackedLayout> layouts_run_by(const WeightMatrix& m, Isa isa) {
   const auto packed = PackedMatrix::pack(m, isa);
   if (!packed) return {};
   std::vector<PackedLayout> out{packed->layout};
-  if (sparse24_has_positions(packed->layout)) out.push_back(m.type == DType::S24_Q8 ? PackedLayout::S24_Q8x16 : PackedLayout::S24_Q4x16);
+  if (sparse24_vbmi_layout(packed->layout)) out.push_back(m.type == DType::S24_Q8 ? PackedLayout::S24_Q8x16 : PackedLayout::S24_Q4x16);
   return out;
 }
 

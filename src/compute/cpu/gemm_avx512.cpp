@@ -342,7 +342,7 @@ struct Avx512Tiles : Avx512Sparse24Tiles<MaskControls> {
 }  // namespace
 
 PackedGemmFn packed_gemm_kernel_avx512(PackedLayout layout) {
-  if (sparse24_has_positions(layout)) return packed_gemm_kernel_avx512vbmi(layout);
+  if (sparse24_vbmi_layout(layout)) return packed_gemm_kernel_avx512vbmi(layout);
   return packed_gemm_table<Avx512Tiles>(layout);
 }
 

@@ -9,17 +9,11 @@
 namespace kestrel {
 namespace {
 
-// The 2:4 F16 decode tile's operations (gemm_sparse_f16_impl.h): Vec256's, 8 rows per vector, positions
-// looked up with an 8-entry permute from the masks' low 3 bits (packed_sparse24.h).
+// The 2:4 F16 decode tile's operations (gemm_sparse_f16_impl.h): Vec256's, 8 rows per vector.
 struct SparseF16Avx2 : Vec256 {
   static constexpr int kRows = 8;
-  static itype table(const uint32_t* t) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t)); }
-  static itype masks(const uint8_t* blk, int k, int part) {
-    const uint8_t* at = blk + sparse24_meta_offset(PackedLayout::S24_F16x16) + 16 * (k / 2) + 8 * part;
-    const __m256i m = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(at)));
-    return k % 2 ? _mm256_srli_epi32(m, 4) : m;
-  }
-  static itype lookup(itype table, itype m) { return _mm256_permutevar8x32_epi32(table, m); }
+  static itype positions(const uint32_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  static itype shift_right(itype v, int n) { return _mm256_srli_epi32(v, n); }
   static type broadcast4(const float* p) { return _mm256_broadcast_ps(reinterpret_cast<const __m128*>(p)); }
   static type permute(type x4, itype pos) { return _mm256_permutevar_ps(x4, pos); }
 };

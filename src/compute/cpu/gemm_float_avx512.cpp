@@ -9,17 +9,11 @@ namespace kestrel {
 namespace {
 
 // The 2:4 F16 decode tile's operations (gemm_sparse_f16_impl.h): Vec512's, the group's 16 rows in one vector (on Intel
-// cores, whose widening and permutes share one port, half the AVX2 tile's operations per weight), positions
-// looked up with a 16-entry permute.
+// cores, whose widening and permutes share one port, half the AVX2 tile's operations per weight).
 struct SparseF16Avx512 : Vec512 {
   static constexpr int kRows = 16;
-  static itype table(const uint32_t* t) { return _mm512_loadu_si512(t); }
-  static itype masks(const uint8_t* blk, int k, int) {
-    const uint8_t* at = blk + sparse24_meta_offset(PackedLayout::S24_F16x16) + 16 * (k / 2);
-    const __m512i m = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at)));
-    return k % 2 ? _mm512_srli_epi32(m, 4) : m;  // the lookup reads the low 4 bits
-  }
-  static itype lookup(itype table, itype m) { return _mm512_permutexvar_epi32(m, table); }
+  static itype positions(const uint32_t* p) { return _mm512_loadu_si512(p); }
+  static itype shift_right(itype v, int n) { return _mm512_srli_epi32(v, static_cast<unsigned>(n)); }
   static type broadcast4(const float* p) { return _mm512_broadcast_f32x4(_mm_loadu_ps(p)); }
   static type permute(type x4, itype pos) { return _mm512_permutevar_ps(x4, pos); }
 };

@@ -15,22 +15,27 @@ namespace kestrel {
 namespace {
 
 // Group g in the F16Fma16 layout at out [n_blocks * 2][32 inputs][16 rows] fp16: per input of a group, each
-// row's first kept value where it is the row's lower kept input, its second where the higher, else zero.
+// row's first kept value where it is the row's first kept input, its second where the second, else zero.
 inline void expand_sparse_f16_group(const PackedView& w, int64_t g, uint8_t* out) {
-  const __m256i zero = _mm256_setzero_si256(), low4 = _mm256_set1_epi16(0xF);
+  const __m256i three = _mm256_set1_epi16(3);
   for (int64_t b = 0; b < w.n_blocks; ++b) {
     const uint8_t* blk = w.data + static_cast<size_t>(g * w.n_blocks + b) * w.block_bytes;
+    const uint8_t* positions = blk + sparse24_meta_offset(PackedLayout::S24_F16x16);  // [2][16 rows] u32
     auto* dst = reinterpret_cast<__m256i*>(out + static_cast<size_t>(b) * 2048);  // [64 inputs] x 16 fp16
     for (int k = 0; k < 16; ++k) {
-      const __m256i masks16 = _mm256_cvtepu8_epi16(
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + sparse24_meta_offset(PackedLayout::S24_F16x16) + 16 * (k / 2))));
-      const __m256i m = _mm256_and_si256(k % 2 ? _mm256_srli_epi16(masks16, 4) : masks16, low4);  // [16 rows]
+      const auto* at = reinterpret_cast<const __m256i*>(positions + 64 * (k / 8));
+      const __m128i shift = _mm_cvtsi32_si128(4 * (k % 8));
+      const __m256i lo = _mm256_srl_epi32(_mm256_loadu_si256(at), shift), hi = _mm256_srl_epi32(_mm256_loadu_si256(at + 1), shift);
+      // [16 rows] the group's two positions (4 bits; packus interleaves 128-bit lanes, the permute restores row order)
+      const __m256i both = _mm256_permute4x64_epi64(_mm256_packus_epi32(_mm256_and_si256(lo, _mm256_set1_epi32(0xF)),
+                                                                       _mm256_and_si256(hi, _mm256_set1_epi32(0xF))), 0xD8);
+      const __m256i p0 = _mm256_and_si256(both, three), p1 = _mm256_srli_epi16(both, 2);
       const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * k));
       const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * k + 32));
       for (int j = 0; j < 4; ++j) {
-        const __m256i kept = _mm256_cmpgt_epi16(_mm256_and_si256(m, _mm256_set1_epi16(static_cast<short>(1 << j))), zero);
-        const __m256i lower = _mm256_cmpeq_epi16(_mm256_and_si256(m, _mm256_set1_epi16(static_cast<short>((1 << j) - 1))), zero);
-        _mm256_storeu_si256(dst + 4 * k + j, _mm256_and_si256(kept, _mm256_blendv_epi8(v1, v0, lower)));
+        const __m256i input = _mm256_set1_epi16(static_cast<short>(j));
+        _mm256_storeu_si256(dst + 4 * k + j, _mm256_or_si256(_mm256_and_si256(_mm256_cmpeq_epi16(p0, input), v0),
+                                                             _mm256_and_si256(_mm256_cmpeq_epi16(p1, input), v1)));
       }
     }
   }
@@ -38,17 +43,17 @@ inline void expand_sparse_f16_group(const PackedView& w, int64_t g, uint8_t* out
 
 // y[t, 16 rows of group g] (+)= W x_t for T tokens, straight from the 2:4 bytes. S, an ISA's vector
 // interface (Vec256, Vec512: type, itype, zero, load of floats or fp16, fma, add, store) plus kRows (rows per
-// vector: the group is 16 / kRows vectors, "parts"), table(p) (a 16-entry position table of
-// packed_sparse24.h as itype), masks(blk, k, part) (the part's rows' masks of group k in the low 4 bits of
-// each 32-bit lane), lookup(table, masks) (each lane's table entry), broadcast4(p) (4 floats in every
-// 128-bit lane) and permute(x4, pos) (lane i takes its 128-bit lane's float pos[i] & 3).
+// vector: the group is 16 / kRows vectors, "parts"), positions(p) (kRows 32-bit lanes from p),
+// shift_right(v, n) (each lane >> n), broadcast4(p) (4 floats in every 128-bit lane) and permute(x4, pos)
+// (lane i takes its 128-bit lane's float pos[i] & 3). A row's positions dword shifted right by 2 x (its
+// kept value's number in the 32-input half) gives that value's position in its low 2 bits, all the
+// permute reads.
 template <class S, int T>
 void sparse_f16_group(const PackedView& w, const float* x, size_t x_stride, float* y, size_t ys, int64_t g, const uint8_t* after) {
   using vec = typename S::type;
   using ivec = typename S::itype;
   constexpr int P = 16 / S::kRows;  // parts of the group
   const size_t nb = static_cast<size_t>(w.n_blocks);
-  const ivec first = S::table(kSparse24Position[0].data()), second = S::table(kSparse24Position[1].data());
   vec acc[T][P][2];  // [token][part][kept value]: two FMA chains per row vector
   KESTREL_UNROLL
   for (int t = 0; t < T; ++t)
@@ -58,14 +63,16 @@ void sparse_f16_group(const PackedView& w, const float* x, size_t x_stride, floa
     const uint8_t* blk = group + b * w.block_bytes;
     prefetch_block(block_ahead(blk, b, kFloatPrefetchBlocks, nb, w.block_bytes, after), w.block_bytes);
     const auto* kept = reinterpret_cast<const uint16_t*>(blk);  // fp16 (group k, value s, row) at 32 k + 16 s + row
+    const auto* positions = reinterpret_cast<const uint32_t*>(blk + sparse24_meta_offset(PackedLayout::S24_F16x16));  // [2][16 rows]
     for (int k = 0; k < 16; ++k) {
-      ivec pos[P][2];  // [part][kept value] the rows' positions in the group
+      ivec pos[P][2];  // [part][kept value] the rows' positions in the group, in the low 2 bits
       vec wv[P][2];
       for (int h = 0; h < P; ++h) {
-        const ivec m = S::masks(blk, k, h);
-        pos[h][0] = S::lookup(first, m);
-        pos[h][1] = S::lookup(second, m);
-        for (int s = 0; s < 2; ++s) wv[h][s] = S::load(kept + 32 * k + 16 * s + S::kRows * h);
+        const ivec at = S::positions(positions + 16 * (k / 8) + S::kRows * h);
+        for (int s = 0; s < 2; ++s) {
+          pos[h][s] = S::shift_right(at, 4 * (k % 8) + 2 * s);
+          wv[h][s] = S::load(kept + 32 * k + 16 * s + S::kRows * h);
+        }
       }
       KESTREL_UNROLL
       for (int t = 0; t < T; ++t) {

@@ -35,16 +35,16 @@
 //                         (input k, row) at 2 * (16 k + row); widened to fp32 in registers and multiplied
 //                         with float activations by FMA (exact: no rounding of the weights).        1024 bytes
 //   F32Fma16 (32 inputs):  32 x 16 fp32 weights, input-major: (input k, row) at 4 * (16 k + row).        2048 bytes
-// The 2:4 sparse layouts (64 inputs: one file block of quant/sparse24.h per row), each ending in the keep
-// masks, 16 bytes per pair v of 4-input groups (2v, 2v + 1) (compute/cpu/packed_sparse24.h):
+// The 2:4 sparse layouts (64 inputs: one file block of quant/sparse24.h per row), each ending in 128 bytes
+// of keep masks, 16 bytes per pair v of 4-input groups (2v, 2v + 1), or of positions (compute/cpu/packed_sparse24.h):
 //   S24_Q8x16:  fp16 d[16]; per pair v 64 bytes, byte 4 r + m = row r's kept value m (m = 0, 1: group 2v's;
 //               2, 3: group 2v + 1's) as int8 q; masks.                                              672 bytes
 //   S24_Q4x16:  fp16 d[16]; 4 x 64 bytes: byte 4 r + m of u holds pair u's code q (0..15, w = d (q - 8))
 //               in its low nibble and pair u + 4's in its high one; masks.                             416 bytes
-//   S24_F16x16: fp16 kept values (group k, value s, row) at 2 (32 k + 16 s + row); masks.              1152 bytes
 //   S24_Q8x16P, S24_Q4x16P: S24_Q8x16's and S24_Q4x16's bytes with the file's 2-bit positions in place of
 //               the masks: row r's index bytes 4a..4a+3 at 64 a + 4 r (a = 0, 1), the same 128 bytes. Packed
 //               for AVX-512 with VBMI (packed_sparse24.h).
+//   S24_F16x16: fp16 kept values (group k, value s, row) at 2 (32 k + 16 s + row); positions as above. 1152 bytes
 #pragma once
 #include <cstddef>
 #include <cstdint>

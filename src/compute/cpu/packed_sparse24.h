@@ -42,19 +42,17 @@ inline constexpr std::array<std::array<uint32_t, 16>, 2> kSparse24Gather = {
     sparse24_mask_table([](uint32_t m) { return uint32_t(mask_position(m, 0)) | uint32_t(mask_position(m, 1)) << 8; }),
     sparse24_mask_table([](uint32_t m) { return uint32_t(4 + mask_position(m, 0)) << 16 | uint32_t(4 + mask_position(m, 1)) << 24; }),
 };
-// The float layout's positions: kSparse24Position[s][mask] = kept value s's input in the group.
-inline constexpr std::array<std::array<uint32_t, 16>, 2> kSparse24Position = {
-    sparse24_mask_table([](uint32_t m) { return uint32_t(mask_position(m, 0)); }),
-    sparse24_mask_table([](uint32_t m) { return uint32_t(mask_position(m, 1)); }),
-};
 
-// Positions layouts (S24_Q8x16P, S24_Q4x16P): the masks' 128 bytes hold the file's 2-bit positions instead,
-// row r's index bytes 4a..4a+3 at 64 a + 4 r: byte p of that dword holds pair 4a + p's positions (group
-// 2v's two at bits 0-3, group 2v + 1's at bits 4-7). On AVX-512 with VBMI one vpmultishiftqb and one
-// vpternlogd make a pair's 16 controls from them, where masks take a widening and two permutes (all three on
-// the shuffle port, which the gathering shuffles need too); AVX2 has no such byte move, and the masks index
-// its 8-entry permutes (see above), so the masks layouts stay for AVX2 and AVX-512 without VBMI.
-constexpr bool sparse24_has_positions(PackedLayout l) { return l == PackedLayout::S24_Q8x16P || l == PackedLayout::S24_Q4x16P; }
+// Positions layouts (S24_Q8x16P, S24_Q4x16P, and S24_F16x16): the masks' 128 bytes hold the file's 2-bit
+// positions instead, row r's index bytes 4a..4a+3 at 64 a + 4 r: byte p of that dword holds pair 4a + p's
+// positions (group 2v's two at bits 0-3, group 2v + 1's at bits 4-7). On AVX-512 with VBMI one
+// vpmultishiftqb and one vpternlogd make a pair's 16 byte-shuffle controls from them, where masks take a
+// widening and two permutes (all three on the shuffle port, which the gathering shuffles need too); AVX2 has
+// no such byte move, and the masks index its 8-entry permutes (see above), so the integer types keep masks
+// layouts for AVX2 and AVX-512 without VBMI. The F16 tiles' float permutes read a position from the low 2
+// bits of a 32-bit lane, so there a row's dword shifted right is the control, on every ISA.
+constexpr bool sparse24_vbmi_layout(PackedLayout l) { return l == PackedLayout::S24_Q8x16P || l == PackedLayout::S24_Q4x16P; }
+constexpr bool sparse24_has_positions(PackedLayout l) { return sparse24_vbmi_layout(l) || l == PackedLayout::S24_F16x16; }
 constexpr PackedLayout sparse24_positions_twin(PackedLayout masks) {
   return masks == PackedLayout::S24_Q8x16 ? PackedLayout::S24_Q8x16P : PackedLayout::S24_Q4x16P;
 }
