@@ -179,9 +179,15 @@ inline void add_s24_block_sums(const __m256i (&sum)[T], __m256i offset_terms, __
 // multiplies them with the 4 kept weights. Q8: |w| and sign-adjusted activations, so nothing saturates;
 // Q4: activations made unsigned as they are broadcast (x ^ 0x80 = x + 128; |w| <= 8 keeps maddubs' pairs in
 // range) and 128 x the weight sums, taken once for all tokens, off at the end of each activation block.
+//
+// S24_Q4 with up to kQ4UnsignedTokens tokens: the codes q (0..15) as maddubs' unsigned operand and the
+// shuffled activations as they are, (q - 8) x = maddubs(q, x) - maddubs(8, x): no signed codes, weight sum
+// or activation flip (beyond, the weight-sum scheme shares its weight work among the tokens).
+constexpr int kQ4UnsignedTokens = 2;
 template <PackedLayout L, int T>
 void half_tile_s24(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, int half, const uint8_t* after) {
   constexpr bool kQ8 = L == PackedLayout::S24_Q8x16;
+  constexpr bool kQ4Unsigned = !kQ8 && T <= kQ4UnsignedTokens;  // weight_sum stays 0
   const __m256i first = load256(kSparse24Gather[0].data()), second = load256(kSparse24Gather[1].data());  // masks & 7
   const __m256i low4 = _mm256_set1_epi8(0xF), eight = _mm256_set1_epi8(8), ones = _mm256_set1_epi8(1);
   const __m256i to_unsigned = _mm256_set1_epi8(static_cast<char>(0x80));
@@ -214,6 +220,17 @@ void half_tile_s24(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t
             std::memcpy(&x8, xb.qs + 8 * p, 8);
             const __m256i xg = _mm256_shuffle_epi8(_mm256_set1_epi64x(x8), ctrl);
             sum[t] = _mm256_add_epi32(sum[t], widen_pairs(_mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(xg, wv))));
+          }
+        } else if constexpr (kQ4Unsigned) {
+          const __m256i packed = load256(blk + 32 + 64 * p + 32 * half);
+          const __m256i codes = _mm256_and_si256(a == 0 ? packed : _mm256_srli_epi16(packed, 4), low4);  // [8 rows][4] q, 0..15
+          KESTREL_UNROLL
+          for (int t = 0; t < T; ++t) {
+            long long x8;
+            std::memcpy(&x8, xq[static_cast<size_t>(t) * 2 * nb + 2 * b + static_cast<size_t>(a)].qs + 8 * p, 8);
+            const __m256i xg = _mm256_shuffle_epi8(_mm256_set1_epi64x(x8), ctrl);  // signed activations
+            // (q - 8) x in int16 pairs: |2 x 15 x 128 - 2 x 8 x 128| per pair, 4 pairs < 2^15
+            sum[t] = _mm256_add_epi16(sum[t], _mm256_sub_epi16(_mm256_maddubs_epi16(codes, xg), _mm256_maddubs_epi16(eight, xg)));
           }
         } else {
           const __m256i packed = load256(blk + 32 + 64 * p + 32 * half);
