@@ -25,6 +25,24 @@ struct MaskControls {
   }
 };
 
+// The 16 rows' Q4 codes (0..15) of pair p of activation block a: [16 rows][4].
+inline __m512i s24_q4_codes(const uint8_t* blk, int a, int p) {
+  const __m512i packed = _mm512_loadu_si512(blk + 32 + 64 * p);
+  return _mm512_and_si512(a == 0 ? packed : _mm512_srli_epi16(packed, 4), _mm512_set1_epi8(0xF));
+}
+// The 16 rows' signed kept codes of pair p of activation block a (Q8: as stored; Q4: q - 8): [16 rows][4].
+template <bool kQ8>
+inline __m512i s24_signed_codes(const uint8_t* blk, int a, int p) {
+  if constexpr (kQ8) return _mm512_loadu_si512(blk + 32 + 64 * (4 * a + p));
+  return _mm512_sub_epi8(s24_q4_codes(blk, a, p), _mm512_set1_epi8(8));
+}
+// Token t's 8 activation codes of pair p of activation block a of weight block b, in every 64-bit lane.
+inline __m512i activations8(const BlockQ8A* xq, int t, size_t nb, size_t b, int a, int p) {
+  long long x8;
+  std::memcpy(&x8, xq[static_cast<size_t>(t) * 2 * nb + 2 * b + static_cast<size_t>(a)].qs + 8 * p, 8);
+  return _mm512_set1_epi64(x8);
+}
+
 // acc[t] += (sum[t] - offset_terms) of activation block a of weight block b for token t, as floats times the
 // rows' scales d and the block's activation scale (offset_terms: 128 x the rows' kept-code sums, what the
 // unsigned activations add).
@@ -54,7 +72,7 @@ void tile_s24(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, 
   constexpr bool kQ8 = sparse24_q8_values(L);
   constexpr bool kQ4Unsigned = !kQ8 && T <= 4;
   const Controls controls;
-  const __m512i low4 = _mm512_set1_epi8(0xF), eight = _mm512_set1_epi8(8), ones = _mm512_set1_epi8(1);
+  const __m512i eight = _mm512_set1_epi8(8), ones = _mm512_set1_epi8(1);
   const __m512i to_unsigned = _mm512_set1_epi8(static_cast<char>(0x80));
   __m512 acc[T];
   KESTREL_UNROLL
@@ -72,36 +90,23 @@ void tile_s24(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, 
       KESTREL_UNROLL
       for (auto& k8 : kept8) k8 = _mm512_setzero_si512();
       for (int p = 0; p < 4; ++p) {  // pairs of groups
-        const int v = 4 * a + p;
         const __m512i ctrl = controls(meta, a, p);
         if constexpr (kQ4Unsigned) {
-          const __m512i packed = _mm512_loadu_si512(blk + 32 + 64 * p);
-          const __m512i codes = _mm512_and_si512(a == 0 ? packed : _mm512_srli_epi16(packed, 4), low4);  // [16 rows][4] q, 0..15
+          const __m512i codes = s24_q4_codes(blk, a, p);
           KESTREL_UNROLL
           for (int t = 0; t < T; ++t) {
-            long long x8;
-            std::memcpy(&x8, xq[static_cast<size_t>(t) * 2 * nb + 2 * b + static_cast<size_t>(a)].qs + 8 * p, 8);
-            const __m512i xg = _mm512_shuffle_epi8(_mm512_set1_epi64(x8), ctrl);  // signed activations
+            const __m512i xg = _mm512_shuffle_epi8(activations8(xq, t, nb, b, a, p), ctrl);  // signed activations
             sum[t] = _mm512_dpbusd_epi32(sum[t], codes, xg);
             kept8[t] = _mm512_dpbusd_epi32(kept8[t], eight, xg);
           }
-          continue;
-        }
-        __m512i wv;  // [16 rows][4] signed weight codes
-        if constexpr (kQ8) {
-          wv = _mm512_loadu_si512(blk + 32 + 64 * v);
         } else {
-          const __m512i packed = _mm512_loadu_si512(blk + 32 + 64 * p);
-          wv = _mm512_sub_epi8(_mm512_and_si512(a == 0 ? packed : _mm512_srli_epi16(packed, 4), low4), eight);
-        }
-        weight_sum = _mm512_dpbusd_epi32(weight_sum, ones, wv);
-        KESTREL_UNROLL
-        for (int t = 0; t < T; ++t) {
-          const BlockQ8A& xb = xq[static_cast<size_t>(t) * 2 * nb + 2 * b + static_cast<size_t>(a)];
-          long long x8;  // 8 activation codes, broadcast from memory
-          std::memcpy(&x8, xb.qs + 8 * p, 8);
-          const __m512i x8u = _mm512_xor_si512(_mm512_set1_epi64(x8), to_unsigned);
-          sum[t] = _mm512_dpbusd_epi32(sum[t], _mm512_shuffle_epi8(x8u, ctrl), wv);
+          const __m512i wv = s24_signed_codes<kQ8>(blk, a, p);
+          weight_sum = _mm512_dpbusd_epi32(weight_sum, ones, wv);
+          KESTREL_UNROLL
+          for (int t = 0; t < T; ++t) {
+            const __m512i x8u = _mm512_xor_si512(activations8(xq, t, nb, b, a, p), to_unsigned);
+            sum[t] = _mm512_dpbusd_epi32(sum[t], _mm512_shuffle_epi8(x8u, ctrl), wv);
+          }
         }
       }
       if constexpr (kQ4Unsigned) {
@@ -122,7 +127,7 @@ template <PackedLayout L, class Controls>
 void prepare_s24_wide(const PackedView& w, int64_t g, const uint8_t* after, uint8_t* out) {
   constexpr bool kQ8 = sparse24_q8_values(L);
   const Controls controls;
-  const __m512i low4 = _mm512_set1_epi8(0xF), eight = _mm512_set1_epi8(8), ones = _mm512_set1_epi8(1);
+  const __m512i ones = _mm512_set1_epi8(1);
   for (int64_t b = 0; b < w.n_blocks; ++b) {
     const uint8_t* blk = w.data + static_cast<size_t>(g * w.n_blocks + b) * w.block_bytes;
     prefetch_block(block_ahead(blk, static_cast<size_t>(b), kPrefetchBlocks, static_cast<size_t>(w.n_blocks), w.block_bytes, after), w.block_bytes);
@@ -133,14 +138,7 @@ void prepare_s24_wide(const PackedView& w, int64_t g, const uint8_t* after, uint
       __m512i weight_sum = _mm512_setzero_si512();
       for (int p = 0; p < 4; ++p) {
         const int v = 4 * a + p;
-        const __m512i ctrl = controls(meta, a, p);
-        __m512i wv;
-        if constexpr (kQ8) {
-          wv = _mm512_loadu_si512(blk + 32 + 64 * v);
-        } else {
-          const __m512i packed = _mm512_loadu_si512(blk + 32 + 64 * p);
-          wv = _mm512_sub_epi8(_mm512_and_si512(a == 0 ? packed : _mm512_srli_epi16(packed, 4), low4), eight);
-        }
+        const __m512i ctrl = controls(meta, a, p), wv = s24_signed_codes<kQ8>(blk, a, p);
         weight_sum = _mm512_dpbusd_epi32(weight_sum, ones, wv);
         _mm512_storeu_si512(dst + kSparse24WidePairs + kSparse24WidePairBytes * v, wv);
         _mm512_storeu_si512(dst + kSparse24WidePairs + kSparse24WidePairBytes * v + 64, ctrl);
@@ -172,9 +170,7 @@ void tile_s24_wide(const PackedView& w, const BlockQ8A* xq, size_t nb, float* y,
         const __m512i wv = _mm512_loadu_si512(pair), ctrl = _mm512_loadu_si512(pair + 64);
         KESTREL_UNROLL
         for (int t = 0; t < T; ++t) {
-          long long x8;
-          std::memcpy(&x8, xq[static_cast<size_t>(t) * 2 * nb + 2 * b + static_cast<size_t>(a)].qs + 8 * p, 8);
-          sum[t] = _mm512_dpbusd_epi32(sum[t], _mm512_shuffle_epi8(_mm512_xor_si512(_mm512_set1_epi64(x8), to_unsigned), ctrl), wv);
+          sum[t] = _mm512_dpbusd_epi32(sum[t], _mm512_shuffle_epi8(_mm512_xor_si512(activations8(xq, t, nb, b, a, p), to_unsigned), ctrl), wv);
         }
       }
       add_s24_block_sums<T>(sum, _mm512_loadu_si512(blk + kSparse24WideOffsets + 64 * a), d, xq, nb, b, a, acc);
