@@ -13,7 +13,8 @@ namespace {
 struct SparseF16Avx2 : Vec256 {
   static constexpr int kRows = 8;
   static itype positions(const uint32_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
-  static itype shift_right(itype v, int n) { return _mm256_srli_epi32(v, n); }
+  template <int n>
+  static itype shift_right(itype v) { return _mm256_srli_epi32(v, n); }
   static type broadcast4(const float* p) { return _mm256_broadcast_ps(reinterpret_cast<const __m128*>(p)); }
   static type permute(type x4, itype pos) { return _mm256_permutevar_ps(x4, pos); }
 };

@@ -13,7 +13,8 @@ namespace {
 struct SparseF16Avx512 : Vec512 {
   static constexpr int kRows = 16;
   static itype positions(const uint32_t* p) { return _mm512_loadu_si512(p); }
-  static itype shift_right(itype v, int n) { return _mm512_srli_epi32(v, static_cast<unsigned>(n)); }
+  template <int n>
+  static itype shift_right(itype v) { return _mm512_srli_epi32(v, n); }
   static type broadcast4(const float* p) { return _mm512_broadcast_f32x4(_mm_loadu_ps(p)); }
   static type permute(type x4, itype pos) { return _mm512_permutevar_ps(x4, pos); }
 };

@@ -44,10 +44,11 @@ inline void expand_sparse_f16_group(const PackedView& w, int64_t g, uint8_t* out
 // y[t, 16 rows of group g] (+)= W x_t for T tokens, straight from the 2:4 bytes. S, an ISA's vector
 // interface (Vec256, Vec512: type, itype, zero, load of floats or fp16, fma, add, store) plus kRows (rows per
 // vector: the group is 16 / kRows vectors, "parts"), positions(p) (kRows 32-bit lanes from p),
-// shift_right(v, n) (each lane >> n), broadcast4(p) (4 floats in every 128-bit lane) and permute(x4, pos)
+// shift_right<n>(v) (each lane >> n), broadcast4(p) (4 floats in every 128-bit lane) and permute(x4, pos)
 // (lane i takes its 128-bit lane's float pos[i] & 3). A row's positions dword shifted right by 2 x (its
 // kept value's number in the 32-input half) gives that value's position in its low 2 bits, all the
-// permute reads.
+// permute reads: the tile shifts by 4 per group (a variable count would cost AVX-512 a second operation on
+// the shuffle port).
 template <class S, int T>
 void sparse_f16_group(const PackedView& w, const float* x, size_t x_stride, float* y, size_t ys, int64_t g, const uint8_t* after) {
   using vec = typename S::type;
@@ -64,21 +65,24 @@ void sparse_f16_group(const PackedView& w, const float* x, size_t x_stride, floa
     prefetch_block(block_ahead(blk, b, kFloatPrefetchBlocks, nb, w.block_bytes, after), w.block_bytes);
     const auto* kept = reinterpret_cast<const uint16_t*>(blk);  // fp16 (group k, value s, row) at 32 k + 16 s + row
     const auto* positions = reinterpret_cast<const uint32_t*>(blk + sparse24_meta_offset(PackedLayout::S24_F16x16));  // [2][16 rows]
-    for (int k = 0; k < 16; ++k) {
-      ivec pos[P][2];  // [part][kept value] the rows' positions in the group, in the low 2 bits
-      vec wv[P][2];
-      for (int h = 0; h < P; ++h) {
-        const ivec at = S::positions(positions + 16 * (k / 8) + S::kRows * h);
-        for (int s = 0; s < 2; ++s) {
-          pos[h][s] = S::shift_right(at, 4 * (k % 8) + 2 * s);
-          wv[h][s] = S::load(kept + 32 * k + 16 * s + S::kRows * h);
+    for (int half = 0; half < 2; ++half) {  // 32-input halves: one positions dword per row
+      ivec rest[P];  // per part: the rows' positions of the half's groups from k on, group k's in the low 4 bits
+      for (int h = 0; h < P; ++h) rest[h] = S::positions(positions + 16 * half + S::kRows * h);
+      for (int k = 8 * half; k < 8 * half + 8; ++k) {
+        ivec pos[P][2];  // [part][kept value] the rows' positions in the group, in the low 2 bits
+        vec wv[P][2];
+        for (int h = 0; h < P; ++h) {
+          pos[h][0] = rest[h];
+          pos[h][1] = S::template shift_right<2>(rest[h]);  // shifts by constants: one operation each
+          rest[h] = S::template shift_right<4>(rest[h]);
+          for (int s = 0; s < 2; ++s) wv[h][s] = S::load(kept + 32 * k + 16 * s + S::kRows * h);
         }
-      }
-      KESTREL_UNROLL
-      for (int t = 0; t < T; ++t) {
-        const vec x4 = S::broadcast4(x + static_cast<size_t>(t) * x_stride + 64 * b + 4 * static_cast<size_t>(k));
-        for (int h = 0; h < P; ++h)
-          for (int s = 0; s < 2; ++s) acc[t][h][s] = S::fma(wv[h][s], S::permute(x4, pos[h][s]), acc[t][h][s]);
+        KESTREL_UNROLL
+        for (int t = 0; t < T; ++t) {
+          const vec x4 = S::broadcast4(x + static_cast<size_t>(t) * x_stride + 64 * b + 4 * static_cast<size_t>(k));
+          for (int h = 0; h < P; ++h)
+            for (int s = 0; s < 2; ++s) acc[t][h][s] = S::fma(wv[h][s], S::permute(x4, pos[h][s]), acc[t][h][s]);
+        }
       }
     }
   }
