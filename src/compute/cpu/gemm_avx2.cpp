@@ -229,7 +229,7 @@ void half_tile_s24(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t
             long long x8;
             std::memcpy(&x8, xq[static_cast<size_t>(t) * 2 * nb + 2 * b + static_cast<size_t>(a)].qs + 8 * p, 8);
             const __m256i xg = _mm256_shuffle_epi8(_mm256_set1_epi64x(x8), ctrl);  // signed activations
-            // (q - 8) x in int16 pairs: |2 x 15 x 128 - 2 x 8 x 128| per pair, 4 pairs < 2^15
+            // (q - 8) x in int16 pairs: each maddubs under 2 x 15 x 128, the difference at most 2 x 8 x 128, 4 pairs < 2^15
             sum[t] = _mm256_add_epi16(sum[t], _mm256_sub_epi16(_mm256_maddubs_epi16(codes, xg), _mm256_maddubs_epi16(eight, xg)));
           }
         } else {
