@@ -22,20 +22,24 @@ inline void expand_sparse_f16_group(const PackedView& w, int64_t g, uint8_t* out
     const uint8_t* blk = w.data + static_cast<size_t>(g * w.n_blocks + b) * w.block_bytes;
     const uint8_t* positions = blk + sparse24_meta_offset(PackedLayout::S24_F16x16);  // [2][16 rows] u32
     auto* dst = reinterpret_cast<__m256i*>(out + static_cast<size_t>(b) * 2048);  // [64 inputs] x 16 fp16
-    for (int k = 0; k < 16; ++k) {
-      const auto* at = reinterpret_cast<const __m256i*>(positions + 64 * (k / 8));
-      const __m128i shift = _mm_cvtsi32_si128(4 * (k % 8));
-      const __m256i lo = _mm256_srl_epi32(_mm256_loadu_si256(at), shift), hi = _mm256_srl_epi32(_mm256_loadu_si256(at + 1), shift);
-      // [16 rows] the group's two positions (4 bits; packus interleaves 128-bit lanes, the permute restores row order)
-      const __m256i both = _mm256_permute4x64_epi64(_mm256_packus_epi32(_mm256_and_si256(lo, _mm256_set1_epi32(0xF)),
-                                                                       _mm256_and_si256(hi, _mm256_set1_epi32(0xF))), 0xD8);
-      const __m256i p0 = _mm256_and_si256(both, three), p1 = _mm256_srli_epi16(both, 2);
-      const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * k));
-      const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * k + 32));
-      for (int j = 0; j < 4; ++j) {
-        const __m256i input = _mm256_set1_epi16(static_cast<short>(j));
-        _mm256_storeu_si256(dst + 4 * k + j, _mm256_or_si256(_mm256_and_si256(_mm256_cmpeq_epi16(p0, input), v0),
-                                                             _mm256_and_si256(_mm256_cmpeq_epi16(p1, input), v1)));
+    for (int half = 0; half < 2; ++half) {  // 32-input halves: one positions dword per row
+      // rows 0-7 and 8-15: the half's positions from group k on, group k's in the low 4 bits
+      __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(positions + 64 * half));
+      __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(positions + 64 * half + 32));
+      for (int k = 8 * half; k < 8 * half + 8; ++k) {
+        // [16 rows] the group's two positions (4 bits; packus interleaves 128-bit lanes, the permute restores row order)
+        const __m256i both = _mm256_permute4x64_epi64(_mm256_packus_epi32(_mm256_and_si256(lo, _mm256_set1_epi32(0xF)),
+                                                                         _mm256_and_si256(hi, _mm256_set1_epi32(0xF))), 0xD8);
+        lo = _mm256_srli_epi32(lo, 4);
+        hi = _mm256_srli_epi32(hi, 4);
+        const __m256i p0 = _mm256_and_si256(both, three), p1 = _mm256_srli_epi16(both, 2);
+        const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * k));
+        const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * k + 32));
+        for (int j = 0; j < 4; ++j) {
+          const __m256i input = _mm256_set1_epi16(static_cast<short>(j));
+          _mm256_storeu_si256(dst + 4 * k + j, _mm256_or_si256(_mm256_and_si256(_mm256_cmpeq_epi16(p0, input), v0),
+                                                               _mm256_and_si256(_mm256_cmpeq_epi16(p1, input), v1)));
+        }
       }
     }
   }
