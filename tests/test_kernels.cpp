@@ -122,25 +122,32 @@ TEST(Kernels, IntegerDotMatchesReferenceOnEveryIsa) {
   }
 }
 
-// The packed layouts of a type that ISA level `isa` runs on this CPU: the one pack() picks for it, and on
-// AVX-512 the 2:4 types' masks layouts too (pack() picks the positions ones where the CPU has VBMI; the masks
-// kernels serve AVX-512 CPUs without it).
-std::vector<PackedLayout> layouts_run_by(const WeightMatrix& m, Isa isa) {
+// The packed kernels ISA level `isa` runs for m on this CPU: its layout's (for the 2:4 integer layouts on
+// AVX-512, the VBMI kernel where the CPU has VBMI), and on such CPUs the 2:4 kernel for AVX-512 without
+// VBMI too.
+struct KernelUnderTest {
+  PackedLayout layout;
+  PackedGemmFn kernel;
+  std::string name;
+};
+std::vector<KernelUnderTest> kernels_run_by(const WeightMatrix& m, Isa isa) {
   const auto packed = PackedMatrix::pack(m, isa);
   if (!packed) return {};
-  std::vector<PackedLayout> out{packed->layout};
-  if (sparse24_vbmi_layout(packed->layout)) out.push_back(m.type == DType::S24_Q8 ? PackedLayout::S24_Q8x16 : PackedLayout::S24_Q4x16);
+  std::vector<KernelUnderTest> out{{packed->layout, packed_gemm_kernel(packed->layout, isa), isa_name(isa)}};
+  if (isa == Isa::Avx512 && cpu_has_avx512_vbmi() && packed_gemm_kernel_avx512vbmi(packed->layout))
+    out.push_back({packed->layout, packed_gemm_kernel_avx512(packed->layout), "avx512 without vbmi"});
   return out;
 }
 
-// Layout `layout` of m against the references, run by ISA level `isa`'s kernel.
-void check_packed_gemm(const WeightMatrix& m, PackedLayout layout, Isa isa) {
+// Layout `layout` of m against the references, run by `kernel`.
+void check_packed_gemm(const WeightMatrix& m, const KernelUnderTest& under_test) {
+  const PackedLayout layout = under_test.layout;
+  const PackedGemmFn kernel = under_test.kernel;
   const size_t n_in = static_cast<size_t>(m.n_in), n_out = static_cast<size_t>(m.n_out), nb = n_in / 32;
   const auto packed = PackedMatrix::pack(m, layout);
   ASSERT_TRUE(packed.has_value());
-  const PackedGemmFn kernel = packed_gemm_kernel(layout, isa);
   for (int n_tok : {1, 3, 8, 13, 29}) {
-    SCOPED_TRACE(std::string(isa_name(isa)) + " " + dtype_name(m.type) + " layout " + std::to_string(static_cast<int>(layout)) +
+    SCOPED_TRACE(under_test.name + " " + dtype_name(m.type) + " layout " + std::to_string(static_cast<int>(layout)) +
                  " n_tok=" + std::to_string(n_tok));
     std::vector<BlockQ8A> xq(static_cast<size_t>(n_tok) * nb);
     for (int t = 0; t < n_tok; ++t)
@@ -182,33 +189,24 @@ TEST(Kernels, PackedGemmMatchesReferenceOnEveryIsa) {
     const WeightMatrix m{type, static_cast<int64_t>(n_in), static_cast<int64_t>(n_out), bytes.data(), row_bytes(type, n_in)};
     for (Isa isa : runnable_isas()) {
       if (!PackedMatrix::supports(type, n_in, n_out, isa)) continue;
-      for (PackedLayout layout : layouts_run_by(m, isa)) check_packed_gemm(m, layout, isa);
+      for (const KernelUnderTest& k : kernels_run_by(m, isa)) check_packed_gemm(m, k);
     }
   }
 }
 
-// The 2:4 integer types pack in their positions layouts exactly where the CPU has AVX-512 VBMI, and those
-// hold the same weights as the masks layouts.
-TEST(Kernels, Sparse24PositionsLayoutsWhereTheCpuHasVbmi) {
-  const size_t n_in = 256, n_out = 32;
-  for (DType type : {DType::S24_Q8, DType::S24_Q4}) {
-    const auto bytes = quantized(type, random_vector(n_in * n_out, 75, 0.05f), n_in);
-    const WeightMatrix m{type, static_cast<int64_t>(n_in), static_cast<int64_t>(n_out), bytes.data(), row_bytes(type, n_in)};
-    const PackedLayout masks = type == DType::S24_Q8 ? PackedLayout::S24_Q8x16 : PackedLayout::S24_Q4x16;
-    EXPECT_EQ(PackedMatrix::pack(m, Isa::Avx2)->layout, masks);
-    EXPECT_EQ(PackedMatrix::pack(m, Isa::Avx512)->layout, cpu_has_avx512_vbmi() ? sparse24_positions_twin(masks) : masks);
-    const auto a = PackedMatrix::pack(m, masks), b = PackedMatrix::pack(m, sparse24_positions_twin(masks));
-    ASSERT_TRUE(a && b);
-    EXPECT_FALSE(PackedMatrix::pack(m, PackedLayout::Q8_0x16).has_value()) << "a layout of another type";
-    std::vector<float> wa(64), wb(64);
-    for (int64_t g = 0; g < a->n_groups(); ++g)
-      for (int64_t blk = 0; blk < a->n_blocks(); ++blk)
-        for (int r = 0; r < PackedMatrix::kRows; ++r) {
-          unpack_block_row(a->layout, a->block(g, blk), r, wa.data());
-          unpack_block_row(b->layout, b->block(g, blk), r, wb.data());
-          ASSERT_EQ(wa, wb) << "group " << g << " block " << blk << " row " << r;
-        }
+// AVX-512 runs the 2:4 integer layouts on their VBMI kernels exactly where the CPU has VBMI.
+TEST(Kernels, Sparse24VbmiKernelsWhereTheCpuHasVbmi) {
+  for (PackedLayout layout : {PackedLayout::S24_Q8x16, PackedLayout::S24_Q4x16}) {
+    const PackedGemmFn vbmi = packed_gemm_kernel_avx512vbmi(layout), chosen = packed_gemm_kernel(layout, Isa::Avx512);
+    if (!cpu_has_avx512_vbmi()) {
+      EXPECT_NE(chosen, vbmi);
+      continue;
+    }
+    ASSERT_NE(vbmi, nullptr) << "an x86 build has the VBMI kernels";
+    EXPECT_EQ(chosen, vbmi);
+    EXPECT_NE(packed_gemm_kernel_avx512(layout), vbmi);
   }
+  EXPECT_EQ(packed_gemm_kernel_avx512vbmi(PackedLayout::Q8_0x16), nullptr);
 }
 
 TEST(Kernels, PackedBf16GemmMatchesReference) {

@@ -174,6 +174,21 @@ inline void add_s24_block_sums(const __m256i (&sum)[T], __m256i offset_terms, __
   }
 }
 
+// The byte-shuffle controls of the 2:4 integer layouts (packed_sparse24.h) for the half's 8 rows: one
+// shuffle, two shifts (one for activation block 1), an or, an and and an or per pair of groups.
+struct Avx2Sparse24Controls {
+  const __m256i spread[2] = {_mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kSparse24Spread[0].data()))),
+                             _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kSparse24Spread[1].data())))};
+  const __m256i three = _mm256_set1_epi8(3), offsets = _mm256_set1_epi32(static_cast<int>(kSparse24ControlOffsets));
+  // Pair p of activation block a; meta: the block's positions.
+  __m256i operator()(const uint8_t* meta, int half, int a, int p) const {
+    __m256i rows = load256(meta + 64 * (p / 2) + 32 * half);  // [8 rows] dword p / 2
+    if (a == 1) rows = _mm256_srli_epi16(rows, 4);
+    const __m256i s = _mm256_shuffle_epi8(rows, spread[p % 2]);
+    return _mm256_or_si256(_mm256_and_si256(_mm256_or_si256(s, _mm256_slli_epi16(s, 6)), three), offsets);
+  }
+};
+
 // The 2:4 layouts S24_Q8x16 and S24_Q4x16 for the half's 8 rows, a few tokens (see the AVX-512 kernel): per
 // pair of 4-input groups one byte shuffle gathers the activations at each row's 4 kept inputs, and maddubs
 // multiplies them with the 4 kept weights. Q8: |w| and sign-adjusted activations, so nothing saturates;
@@ -188,7 +203,7 @@ template <PackedLayout L, int T>
 void half_tile_s24(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, int half, const uint8_t* after) {
   constexpr bool kQ8 = L == PackedLayout::S24_Q8x16;
   constexpr bool kQ4Unsigned = !kQ8 && T <= kQ4UnsignedTokens;  // weight_sum stays 0
-  const __m256i first = load256(kSparse24Gather[0].data()), second = load256(kSparse24Gather[1].data());  // masks & 7
+  const Avx2Sparse24Controls controls;
   const __m256i low4 = _mm256_set1_epi8(0xF), eight = _mm256_set1_epi8(8), ones = _mm256_set1_epi8(1);
   const __m256i to_unsigned = _mm256_set1_epi8(static_cast<char>(0x80));
   __m256 acc[T];
@@ -200,7 +215,7 @@ void half_tile_s24(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t
     const StreamHalf ahead = two_pass_ahead(group, half, b, T > 1 ? kPrefetchBlocks : kPrefetchBlocksDecode, nb, w.block_bytes, after);
     prefetch_block_part(ahead.block, w.block_bytes, ahead.half, 2);
     const __m256 d = load_8_halves(blk + 16 * half);
-    const uint8_t* masks = blk + sparse24_meta_offset(L) + 8 * half;
+    const uint8_t* meta = blk + sparse24_meta_offset(L);
     for (int a = 0; a < 2; ++a) {  // the block's two 32-input activation blocks
       // per row: int32 sums (Q8), or int16 pairs (Q4: 4 x 2 x 255 x 8 < 2^15) and the weights' int16 pair sums
       __m256i sum[T], weight_sum = _mm256_setzero_si256();
@@ -208,8 +223,7 @@ void half_tile_s24(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t
       for (int t = 0; t < T; ++t) sum[t] = _mm256_setzero_si256();
       for (int p = 0; p < 4; ++p) {  // pairs of groups
         const int v = 4 * a + p;
-        const __m256i m = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(masks + 16 * v)));
-        const __m256i ctrl = _mm256_or_si256(_mm256_permutevar8x32_epi32(first, m), _mm256_permutevar8x32_epi32(second, _mm256_srli_epi32(m, 4)));
+        const __m256i ctrl = controls(meta, half, a, p);
         if constexpr (kQ8) {
           const __m256i wv = load256(blk + 32 + 64 * v + 32 * half);  // [8 rows][4] signed
           const __m256i magnitude = _mm256_sign_epi8(wv, wv);
@@ -257,7 +271,7 @@ void half_tile_s24(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t
 template <PackedLayout L>
 void prepare_s24_wide(const PackedView& w, int64_t g, const uint8_t* after, uint8_t* out) {
   constexpr bool kQ8 = L == PackedLayout::S24_Q8x16;
-  const __m256i first = load256(kSparse24Gather[0].data()), second = load256(kSparse24Gather[1].data());  // masks & 7
+  const Avx2Sparse24Controls controls;
   const __m256i low4 = _mm256_set1_epi8(0xF), eight = _mm256_set1_epi8(8), ones = _mm256_set1_epi8(1);
   const size_t nb = static_cast<size_t>(w.n_blocks);
   for (size_t b = 0; b < nb; ++b) {
@@ -266,13 +280,12 @@ void prepare_s24_wide(const PackedView& w, int64_t g, const uint8_t* after, uint
     uint8_t* dst = out + b * kSparse24WideBlockBytes;
     for (int half = 0; half < 2; ++half) {
       _mm256_storeu_ps(reinterpret_cast<float*>(dst) + 8 * half, load_8_halves(blk + 16 * half));
-      const uint8_t* masks = blk + sparse24_meta_offset(L) + 8 * half;
+      const uint8_t* meta = blk + sparse24_meta_offset(L);
       for (int a = 0; a < 2; ++a) {
         __m256i weight_sum = _mm256_setzero_si256();  // int16 pairs
         for (int p = 0; p < 4; ++p) {
           const int v = 4 * a + p;
-          const __m256i m = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(masks + 16 * v)));
-          const __m256i ctrl = _mm256_or_si256(_mm256_permutevar8x32_epi32(first, m), _mm256_permutevar8x32_epi32(second, _mm256_srli_epi32(m, 4)));
+          const __m256i ctrl = controls(meta, half, a, p);
           __m256i wv;  // [8 rows][4] signed kept codes
           if constexpr (kQ8) {
             wv = load256(blk + 32 + 64 * v + 32 * half);

@@ -320,7 +320,7 @@ void tile_q6_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
 }
 
 // The tiles of each layout, for the shared driver (gemm_driver.h).
-struct Avx512Tiles : Avx512Sparse24Tiles<MaskControls> {
+struct Avx512Tiles : Avx512Sparse24Tiles<NibbleControls> {
   static constexpr bool kAllLayouts = true;
   template <PackedLayout L, int T>
   static void tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, const uint8_t* after) {
@@ -333,7 +333,7 @@ struct Avx512Tiles : Avx512Sparse24Tiles<MaskControls> {
     else if constexpr (L == PackedLayout::Q3_Kx16)
       tile_q3_k<T>(w, xq, nb, y, ys, g, after);
     else if constexpr (L == PackedLayout::S24_Q8x16 || L == PackedLayout::S24_Q4x16)
-      Avx512Sparse24Tiles<MaskControls>::tile<L, T>(w, xq, nb, y, ys, g, after);
+      Avx512Sparse24Tiles<NibbleControls>::tile<L, T>(w, xq, nb, y, ys, g, after);
     else
       tile_32<L, T>(w, xq, nb, y, ys, g, after);
   }
@@ -342,7 +342,6 @@ struct Avx512Tiles : Avx512Sparse24Tiles<MaskControls> {
 }  // namespace
 
 PackedGemmFn packed_gemm_kernel_avx512(PackedLayout layout) {
-  if (sparse24_vbmi_layout(layout)) return packed_gemm_kernel_avx512vbmi(layout);
   return packed_gemm_table<Avx512Tiles>(layout);
 }
 

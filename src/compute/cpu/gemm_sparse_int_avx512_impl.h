@@ -1,7 +1,7 @@
-// The AVX-512 tiles of the 2:4 integer layouts (S24_Q8x16, S24_Q4x16 and their positions twins S24_Q8x16P,
-// S24_Q4x16P; packed_sparse24.h), written once over how a row's byte-shuffle controls are made from the
-// block's metadata: MaskControls here (keep masks, AVX-512 F), PositionControls in gemm_sparse_avx512vbmi.cpp
-// (the file's 2-bit positions, VBMI). Include only from files compiled for AVX-512; internal linkage.
+// The AVX-512 tiles of the 2:4 integer layouts (S24_Q8x16, S24_Q4x16; packed_sparse24.h), written once over
+// how a row's byte-shuffle controls are made from the block's positions: NibbleControls here (shuffles and
+// shifts, AVX-512 BW), BitFieldControls in gemm_sparse_avx512vbmi.cpp (a bit-field byte move, VBMI). Include
+// only from files compiled for AVX-512; internal linkage.
 #pragma once
 #include <immintrin.h>
 
@@ -14,14 +14,17 @@
 namespace kestrel {
 namespace {
 
-// The controls of the masks layouts: each row's mask of a group picks its half of the control from a
-// 16-entry table (kSparse24Gather), two permutes and a widening per pair of groups.
-struct MaskControls {
-  const __m512i first = _mm512_loadu_si512(kSparse24Gather[0].data()), second = _mm512_loadu_si512(kSparse24Gather[1].data());
-  // The 16 rows' controls of pair p of activation block a; masks: the block's masks.
-  __m512i operator()(const uint8_t* masks, int a, int p) const {
-    const __m512i m = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(masks + 16 * (4 * a + p))));
-    return _mm512_or_si512(_mm512_permutexvar_epi32(m, first), _mm512_permutexvar_epi32(_mm512_srli_epi32(m, 4), second));
+// The controls of pair p of activation block a for the 16 rows, by shuffles and shifts (packed_sparse24.h):
+// one shuffle, two shifts (one for block 1), an or and a ternary logic per pair. meta: the block's positions.
+struct NibbleControls {
+  const __m512i spread[2] = {_mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kSparse24Spread[0].data()))),
+                             _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kSparse24Spread[1].data())))};
+  const __m512i three = _mm512_set1_epi8(3), offsets = _mm512_set1_epi32(static_cast<int>(kSparse24ControlOffsets));
+  __m512i operator()(const uint8_t* meta, int a, int p) const {
+    __m512i rows = _mm512_loadu_si512(meta + 64 * (p / 2));  // [16 rows] dword p / 2
+    if (a == 1) rows = _mm512_srli_epi16(rows, 4);
+    const __m512i s = _mm512_shuffle_epi8(rows, spread[p % 2]);
+    return _mm512_ternarylogic_epi32(_mm512_or_si512(s, _mm512_slli_epi16(s, 6)), three, offsets, 0xEA);  // (x & 3) | offsets
   }
 };
 
@@ -57,7 +60,7 @@ inline void add_s24_block_sums(const __m512i (&sum)[T], __m512i offset_terms, __
 }
 
 // The 2:4 integer layouts (packed_matrix.h, packed_sparse24.h), a few tokens: per pair of 4-input groups,
-// Controls makes each row's byte-shuffle control from the block's masks or positions, one shuffle gathers the
+// Controls makes each row's byte-shuffle control from the block's positions, one shuffle gathers the
 // activations at the row's 4 kept inputs (of the pair's 8) next to its 4 kept signed weights, and one
 // dpbusd multiplies them. The activations are made unsigned (x ^ 0x80 = x + 128 per byte) as they are
 // broadcast, so 128 x the rows' weight sums, taken once for all tokens, comes off at the end of each
@@ -122,7 +125,7 @@ void tile_s24(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, 
 
 // Many tokens: group g of a 2:4 layout in the wide layout (packed_sparse24.h) at out, so that the token
 // tiles (tile_s24_wide) only load, shuffle and multiply; the controls and weight sums as tile_s24 makes them
-// (the wide layout is the same for the masks and the positions layouts).
+// (the same wide layout whichever Controls made it).
 template <PackedLayout L, class Controls>
 void prepare_s24_wide(const PackedView& w, int64_t g, const uint8_t* after, uint8_t* out) {
   constexpr bool kQ8 = sparse24_q8_values(L);

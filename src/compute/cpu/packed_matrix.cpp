@@ -68,9 +68,8 @@ constexpr LayoutInfo kIntegerLayouts[] = {
     {DType::Q5_K, PackedLayout::Q5_Kx16, 256, 2304 + 512},    {DType::Q6_K, PackedLayout::Q6_Kx16, 256, 3360},
     {DType::Q2_K, PackedLayout::Q2_Kx16, 256, 64 + 256 + 8 * 128}, {DType::Q3_K, PackedLayout::Q3_Kx16, 256, 32 + 192 + 8 * 192},
     {DType::S24_Q8, PackedLayout::S24_Q8x16, 64, 672},        {DType::S24_Q4, PackedLayout::S24_Q4x16, 64, 416},
-    {DType::S24_Q8, PackedLayout::S24_Q8x16P, 64, 672},       {DType::S24_Q4, PackedLayout::S24_Q4x16P, 64, 416},
 };
-// The first (for the S24 types: the masks) integer layout of a type, or null.
+// The integer layout of a type, or null.
 const LayoutInfo* integer_layout(DType type) {
   for (const LayoutInfo& l : kIntegerLayouts)
     if (l.type == type) return &l;
@@ -102,10 +101,7 @@ bool PackedMatrix::supports(DType type, int64_t n_in, int64_t n_out, Isa isa) {
 
 std::optional<PackedMatrix> PackedMatrix::pack(const WeightMatrix& w, Isa isa) {
   const bool avx512 = isa_includes(isa, Isa::Avx512);
-  if (const LayoutInfo* l = integer_layout(w.type)) {
-    const bool positions = avx512 && cpu_has_avx512_vbmi() && (w.type == DType::S24_Q8 || w.type == DType::S24_Q4);
-    return pack(w, positions ? sparse24_positions_twin(l->layout) : l->layout);
-  }
+  if (const LayoutInfo* l = integer_layout(w.type)) return pack(w, l->layout);
   if (w.type == DType::F16 || w.type == DType::BF16) {
     if (avx512 && cpu_has_avx512_bf16()) return pack(w, PackedLayout::BF16x16);
     return pack(w, w.type == DType::F16 ? PackedLayout::F16Fma16 : PackedLayout::BF16Fma16);
@@ -155,8 +151,6 @@ std::optional<PackedMatrix> PackedMatrix::pack(const WeightMatrix& w, PackedLayo
       switch (p.layout) {
         case PackedLayout::S24_Q8x16:
         case PackedLayout::S24_Q4x16:
-        case PackedLayout::S24_Q8x16P:
-        case PackedLayout::S24_Q4x16P:
         case PackedLayout::S24_F16x16: {
           const uint8_t* rows[kRows];
           for (int i = 0; i < kRows; ++i) rows[i] = row_block(i);
@@ -306,8 +300,6 @@ void unpack_block_row(PackedLayout layout, const uint8_t* blk, int i, float* out
   switch (layout) {
     case PackedLayout::S24_Q8x16:
     case PackedLayout::S24_Q4x16:
-    case PackedLayout::S24_Q8x16P:
-    case PackedLayout::S24_Q4x16P:
     case PackedLayout::S24_F16x16: unpack_sparse24_block_row(layout, blk, i, out); break;
     case PackedLayout::BF16x16:
       for (int k = 0; k < 32; ++k) out[k] = bf16_to_fp32(halves[(k / 2) * 32 + i * 2 + k % 2]);
@@ -407,7 +399,8 @@ PackedGemmFn packed_gemm_kernel_avx512vbmi(PackedLayout) { return nullptr; }
 
 PackedGemmFn packed_gemm_kernel(PackedLayout layout, Isa isa) {
   PackedGemmFn fn = nullptr;
-  if (isa_includes(isa, Isa::Avx512)) fn = packed_gemm_kernel_avx512(layout);
+  if (isa_includes(isa, Isa::Avx512)) fn = cpu_has_avx512_vbmi() ? packed_gemm_kernel_avx512vbmi(layout) : nullptr;
+  if (!fn && isa_includes(isa, Isa::Avx512)) fn = packed_gemm_kernel_avx512(layout);
   if (!fn && isa_includes(isa, Isa::Avx2)) fn = packed_gemm_kernel_avx2(layout);
   if (!fn && isa_includes(isa, Isa::Neon)) fn = packed_gemm_kernel_neon(layout);
   return fn ? fn : packed_gemm_reference(layout);

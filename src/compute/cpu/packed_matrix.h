@@ -36,15 +36,12 @@
 //                         with float activations by FMA (exact: no rounding of the weights).        1024 bytes
 //   F32Fma16 (32 inputs):  32 x 16 fp32 weights, input-major: (input k, row) at 4 * (16 k + row).        2048 bytes
 // The 2:4 sparse layouts (64 inputs: one file block of quant/sparse24.h per row), each ending in 128 bytes
-// of keep masks, 16 bytes per pair v of 4-input groups (2v, 2v + 1), or of positions (compute/cpu/packed_sparse24.h):
-//   S24_Q8x16:  fp16 d[16]; per pair v 64 bytes, byte 4 r + m = row r's kept value m (m = 0, 1: group 2v's;
-//               2, 3: group 2v + 1's) as int8 q; masks.                                              672 bytes
+// of the kept values' positions, arranged per layout (compute/cpu/packed_sparse24.h):
+//   S24_Q8x16:  fp16 d[16]; per pair v of 4-input groups (2v, 2v + 1) 64 bytes, byte 4 r + m = row r's kept
+//               value m (m = 0, 1: group 2v's; 2, 3: group 2v + 1's) as int8 q; positions.       672 bytes
 //   S24_Q4x16:  fp16 d[16]; 4 x 64 bytes: byte 4 r + m of u holds pair u's code q (0..15, w = d (q - 8))
-//               in its low nibble and pair u + 4's in its high one; masks.                             416 bytes
-//   S24_Q8x16P, S24_Q4x16P: S24_Q8x16's and S24_Q4x16's bytes with the file's 2-bit positions in place of
-//               the masks: row r's index bytes 4a..4a+3 at 64 a + 4 r (a = 0, 1), the same 128 bytes. Packed
-//               for AVX-512 with VBMI (packed_sparse24.h).
-//   S24_F16x16: fp16 kept values (group k, value s, row) at 2 (32 k + 16 s + row); positions as above. 1152 bytes
+//               in its low nibble and pair u + 4's in its high one; positions.                     416 bytes
+//   S24_F16x16: fp16 kept values (group k, value s, row) at 2 (32 k + 16 s + row); positions.     1152 bytes
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -59,7 +56,7 @@ namespace kestrel {
 
 enum class PackedLayout {
   Q4_0x16, Q8_0x16, Q4_Kx16, Q6_Kx16, BF16x16, F16Fma16, BF16Fma16, Q4_1x16, Q5_0x16, Q5_1x16, Q5_Kx16, Q2_Kx16, Q3_Kx16,
-  S24_Q8x16, S24_Q4x16, S24_F16x16, F32Fma16, S24_Q8x16P, S24_Q4x16P
+  S24_Q8x16, S24_Q4x16, S24_F16x16, F32Fma16
 };
 
 // Whether the layout is multiplied by 8-bit activation blocks (PackedGemmFn).
@@ -77,8 +74,6 @@ constexpr int packed_block_inputs(PackedLayout l) {
     case PackedLayout::Q6_Kx16: return 256;
     case PackedLayout::S24_Q8x16:
     case PackedLayout::S24_Q4x16:
-    case PackedLayout::S24_Q8x16P:
-    case PackedLayout::S24_Q4x16P:
     case PackedLayout::S24_F16x16: return 64;
     default: return 32;
   }
@@ -127,10 +122,10 @@ struct PackedMatrix {
   // block, or float weights of any shape) with a fast kernel on this ISA level.
   static bool supports(DType type, int64_t n_in, int64_t n_out, Isa isa);
   // A packed copy of w in the layout for this ISA level's kernels (F16 and BF16: BF16x16 where the CPU has
-  // AVX-512 BF16, else the Fma16 layouts; F32: F32Fma16; S24_Q8 and S24_Q4: the positions layouts where it
-  // has AVX-512 VBMI, else the masks ones), or nullopt when the type or shape has no packed layout.
+  // AVX-512 BF16, else the Fma16 layouts; F32: F32Fma16), or nullopt when the type or shape has no packed
+  // layout.
   static std::optional<PackedMatrix> pack(const WeightMatrix& w, Isa isa = detected_isa());
-  // w packed in a given layout of its type (the S24 layouts have two: masks and positions), or nullopt.
+  // w packed in a given layout of its type (F16 and BF16 have several), or nullopt.
   static std::optional<PackedMatrix> pack(const WeightMatrix& w, PackedLayout layout);
 };
 
@@ -138,10 +133,12 @@ struct PackedMatrix {
 // 8-bit activation blocks xq [n_tok, n_in / 32]. y is [n_tok, y_stride].
 using PackedGemmFn = void (*)(PackedView w, const BlockQ8A* xq, int n_tok, float* y, size_t y_stride,
                               int64_t group_begin, int64_t group_end);
+// The kernel of a layout for an ISA level (on AVX-512, the 2:4 integer layouts take their VBMI kernels where
+// the CPU has VBMI), else the reference.
 PackedGemmFn packed_gemm_kernel(PackedLayout layout, Isa isa);
 PackedGemmFn packed_gemm_kernel_avx2(PackedLayout layout);
 PackedGemmFn packed_gemm_kernel_avx512(PackedLayout layout);
-PackedGemmFn packed_gemm_kernel_avx512vbmi(PackedLayout layout);  // S24_Q8x16P, S24_Q4x16P (CPUs with VBMI)
+PackedGemmFn packed_gemm_kernel_avx512vbmi(PackedLayout layout);  // S24_Q8x16, S24_Q4x16 (CPUs with VBMI); others: null
 PackedGemmFn packed_gemm_kernel_neon(PackedLayout layout);
 // Scalar reference over the same packed bytes.
 PackedGemmFn packed_gemm_reference(PackedLayout layout);

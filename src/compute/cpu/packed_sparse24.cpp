@@ -13,16 +13,14 @@ namespace {
 
 constexpr int kRows = PackedMatrix::kRows;
 
-// Where row i's metadata byte of pair v (of groups 2v, 2v + 1) sits in a block's 128 (masks or positions).
-size_t meta_byte(PackedLayout l, int v, int i) {
-  return sparse24_meta_offset(l) + (sparse24_has_positions(l) ? 64 * (v / 4) + 4 * i + v % 4 : 16 * v + i);
-}
-
-// Row i's keep mask of group k (0..15) of a packed block.
-uint32_t row_mask(PackedLayout l, const uint8_t* blk, int k, int i) {
-  const uint8_t byte = blk[meta_byte(l, k / 2, i)];
-  const uint32_t half = k % 2 ? byte >> 4 : byte & 0xF;
-  return sparse24_has_positions(l) ? 1u << (half & 3) | 1u << (half >> 2) : half;
+// Where row i's positions nibble of group k (0..15) lies in a block (packed_sparse24.h): byte and shift.
+struct NibblePlace {
+  size_t byte;
+  int shift;
+};
+NibblePlace nibble_place(PackedLayout l, int k, int i) {
+  if (l == PackedLayout::S24_F16x16) return {sparse24_meta_offset(l) + 64 * (k / 8) + 4 * i + (k % 8) / 2, 4 * (k % 2)};
+  return {sparse24_meta_offset(l) + sparse24_nibble_byte(k, i), sparse24_nibble_shift(k)};
 }
 
 // Kept value s of row i in group k, as its code (Q8: q; Q4: q in 0..15) or fp16 bits (F16).
@@ -49,16 +47,10 @@ void pack_sparse24_block(PackedLayout l, const uint8_t* const* rows, uint8_t* ou
   std::memset(out, 0, sparse24_meta_offset(l) + 128);
   for (int i = 0; i < kRows; ++i) {
     const uint8_t* src = rows[i];
-    for (int v = 0; v < 8; ++v) {  // pairs of groups
-      uint8_t meta = src[idx_at + v];  // positions: the file's byte as it is
-      if (!sparse24_has_positions(l)) {
-        meta = 0;
-        for (int k = 2 * v; k < 2 * v + 2; ++k) {
-          const unsigned mask = 1u << sparse24_position(src + idx_at, 2 * k) | 1u << sparse24_position(src + idx_at, 2 * k + 1);
-          meta |= static_cast<uint8_t>(k % 2 ? mask << 4 : mask);
-        }
-      }
-      out[meta_byte(l, v, i)] = meta;
+    for (int k = 0; k < 16; ++k) {  // groups: the file's nibble (pair k / 2's byte, group k's half)
+      const uint8_t nibble = (src[idx_at + k / 2] >> (4 * (k % 2))) & 0xF;
+      const NibblePlace at = nibble_place(l, k, i);
+      out[at.byte] |= static_cast<uint8_t>(nibble << at.shift);
     }
     for (int j = 0; j < kS24Kept; ++j) {  // kept value j: group j / 2, value j % 2
       const int k = j / 2, at = 4 * i + 2 * (k % 2) + j % 2;
@@ -82,13 +74,14 @@ void unpack_sparse24_block_row(PackedLayout l, const uint8_t* blk, int i, float*
   const auto* halves = reinterpret_cast<const uint16_t*>(blk);
   for (int e = 0; e < kS24Block; ++e) out[e] = 0.0f;
   for (int k = 0; k < 16; ++k) {
-    const uint32_t mask = row_mask(l, blk, k, i);
+    const NibblePlace at = nibble_place(l, k, i);
+    const int nibble = (blk[at.byte] >> at.shift) & 0xF;
     for (int s = 0; s < 2; ++s) {
       const int code = kept_code(l, blk, k, i, s);
       const float w = l == PackedLayout::S24_F16x16 ? fp16_to_fp32(static_cast<uint16_t>(code))
                       : sparse24_q8_values(l)        ? fp16_to_fp32(halves[i]) * static_cast<float>(code)
                                                      : fp16_to_fp32(halves[i]) * static_cast<float>(code - 8);
-      out[4 * k + mask_position(mask, s)] = w;
+      out[4 * k + ((nibble >> (2 * s)) & 3)] = w;
     }
   }
 }

@@ -5,11 +5,20 @@
 // the wide tiles then only load, shuffle and multiply, half the dense kernel's multiplies (prefill faster
 // than dense); the F16 layout expands groups into the dense F16Fma16 layout and runs the dense kernel.
 //
-// Keep masks: bit j of row r's 4-bit mask for a 4-input group says whether input j is kept (two bits set).
-// Per pair v of groups (2v, 2v + 1) of a block, 16 bytes: byte r = row r's mask of group 2v in the low
-// nibble, of group 2v + 1 in the high one. Widened to 32-bit lanes (lane = row), a mask indexes the tables
-// below with a 16-entry permute (AVX-512), or with its low 3 bits in an 8-entry one (AVX2): the six masks
-// 3 5 6 9 10 12 leave 3 5 6 1 2 4, all distinct, so entries 1, 2 and 4 repeat those of 9, 10 and 12.
+// Positions: each row keeps 2 of every 4-input group's inputs; the file gives their positions (0..3,
+// ascending) in 2 bits each, a group's two in a nibble (the first at bits 0-1, the second at 2-3). A block's
+// 128 metadata bytes hold these nibbles, arranged per layout:
+// - Integer layouts (S24_Q8x16, S24_Q4x16), arranged for the byte shuffles that turn them into activation
+//   shuffle controls: row r's dword u (u = 0, 1) at 64 u + 4 r; its byte j (0..3) holds group 4 u + j's
+//   nibble in bits 0-3 and group 8 + 4 u + j's in bits 4-7. Pair p (0..3) of groups of 32-input activation
+//   block a (groups 8 a + 2 p and 8 a + 2 p + 1) is then in dword p / 2, bytes 2 (p % 2) and 2 (p % 2) + 1,
+//   nibble a, for all 16 rows (AVX-512) or 8 (AVX2, rows 8 h.. at 64 u + 32 h) in one load. Row r's control
+//   of the pair (bytes m = 0, 1: group 2v's kept values; 2, 3: group 2v + 1's, as the codes lie) indexes the
+//   pair's 8 activations broadcast to every 64 bits: byte m is the kept value's position plus
+//   kSparse24ControlOffsets' byte m (0, 8, 4, 12: the second copy serves the second kept value, so each
+//   byte of the control comes from its own byte of a spread dword without shifting it; see the kernels).
+// - S24_F16x16: row r's dword h (the 32-input half h: groups 8 h..8 h + 7, group 8 h + i at bits 4 i) at
+//   64 h + 4 r; the float permutes read a position from the low 2 bits of a 32-bit lane.
 #pragma once
 #include <array>
 #include <cstddef>
@@ -19,49 +28,33 @@
 
 namespace kestrel {
 
-// Position (0..3) of kept value s (0: the lower) of mask m (two bits set); -1 for any other m.
-constexpr int mask_position(uint32_t m, int s) {
-  if (m > 15 || __builtin_popcount(m) != 2) return -1;
-  const int low = __builtin_ctz(m);
-  return s == 0 ? low : __builtin_ctz(m & ~(1u << low));
-}
+// What the control of a pair of groups adds to its 4 positions, byte by byte (see above).
+constexpr uint32_t kSparse24ControlOffsets = 0x0C040800;
 
-// A table over masks (16 lanes of 32 bits), entry(m) for the six two-bit masks, repeated at m & 7.
-template <typename Entry>
-constexpr std::array<uint32_t, 16> sparse24_mask_table(Entry entry) {
-  std::array<uint32_t, 16> t{};
-  for (uint32_t m = 0; m < 16; ++m)
-    if (mask_position(m, 0) >= 0) t[m] = t[m & 7] = entry(m);
+// Without a bit-field byte move (AVX-512 VBMI), a control is made by byte shuffles and shifts: the rows'
+// dwords of the pair (shifted right by 4 in 16-bit lanes for activation block 1) go through the in-lane
+// shuffle kSparse24Spread[p % 2] (dword i of a 128-bit lane, row 4 l + i, takes its byte 2 (p % 2), group
+// 2v's nibble, into byte 0 and byte 2 (p % 2) + 1, group 2v + 1's, into byte 2, zeros into bytes 1 and 3);
+// s | s << 6 in 16-bit lanes then brings each nibble's bits 2-3 to the next byte's bits 0-1, and
+// (that & 3) | kSparse24ControlOffsets is the control.
+inline constexpr std::array<std::array<uint32_t, 4>, 2> kSparse24Spread = [] {
+  std::array<std::array<uint32_t, 4>, 2> t{};
+  for (uint32_t q = 0; q < 2; ++q)
+    for (uint32_t i = 0; i < 4; ++i) t[q][i] = (4 * i + 2 * q) | 0x80u << 8 | (4 * i + 2 * q + 1) << 16 | 0x80u << 24;
   return t;
-}
+}();
 
-// Gathering activations (decode): row r's 4 kept values of a pair of groups meet the activations at
-// inputs p0, p1 (group 2v) and 4 + p0, 4 + p1 (group 2v + 1) of the pair's 8: the byte-shuffle control is
-// first[mask of 2v] | second[mask of 2v + 1].
-inline constexpr std::array<std::array<uint32_t, 16>, 2> kSparse24Gather = {
-    sparse24_mask_table([](uint32_t m) { return uint32_t(mask_position(m, 0)) | uint32_t(mask_position(m, 1)) << 8; }),
-    sparse24_mask_table([](uint32_t m) { return uint32_t(4 + mask_position(m, 0)) << 16 | uint32_t(4 + mask_position(m, 1)) << 24; }),
-};
+// Where row `row`'s nibble of group k (0..15) lies in a 2:4 integer layout's metadata: the byte, and the
+// shift of the nibble in it.
+constexpr size_t sparse24_nibble_byte(int k, int row) { return 64 * static_cast<size_t>((k % 8) / 4) + 4 * static_cast<size_t>(row) + k % 4; }
+constexpr int sparse24_nibble_shift(int k) { return 4 * (k / 8); }
 
-// Positions layouts (S24_Q8x16P, S24_Q4x16P, and S24_F16x16): the masks' 128 bytes hold the file's 2-bit
-// positions instead, row r's index bytes 4a..4a+3 at 64 a + 4 r: byte p of that dword holds pair 4a + p's
-// positions (group 2v's two at bits 0-3, group 2v + 1's at bits 4-7). On AVX-512 with VBMI one
-// vpmultishiftqb and one vpternlogd make a pair's 16 byte-shuffle controls from them, where masks take a
-// widening and two permutes (all three on the shuffle port, which the gathering shuffles need too); AVX2 has
-// no such byte move, and the masks index its 8-entry permutes (see above), so the integer types keep masks
-// layouts for AVX2 and AVX-512 without VBMI. The F16 tiles' float permutes read a position from the low 2
-// bits of a 32-bit lane, so there a row's dword shifted right is the control, on every ISA.
-constexpr bool sparse24_vbmi_layout(PackedLayout l) { return l == PackedLayout::S24_Q8x16P || l == PackedLayout::S24_Q4x16P; }
-constexpr bool sparse24_has_positions(PackedLayout l) { return sparse24_vbmi_layout(l) || l == PackedLayout::S24_F16x16; }
-constexpr PackedLayout sparse24_positions_twin(PackedLayout masks) {
-  return masks == PackedLayout::S24_Q8x16 ? PackedLayout::S24_Q8x16P : PackedLayout::S24_Q4x16P;
-}
 // Whether a 2:4 integer layout's kept values are Q8 codes (else Q4 ones).
-constexpr bool sparse24_q8_values(PackedLayout l) { return l == PackedLayout::S24_Q8x16 || l == PackedLayout::S24_Q8x16P; }
+constexpr bool sparse24_q8_values(PackedLayout l) { return l == PackedLayout::S24_Q8x16; }
 
-// Where a 2:4 block's masks (or positions) start: 128 bytes, the block's end.
+// Where a 2:4 block's metadata (positions) start: 128 bytes, the block's end.
 constexpr size_t sparse24_meta_offset(PackedLayout l) {
-  return sparse24_q8_values(l) ? 32 + 512 : l == PackedLayout::S24_Q4x16 || l == PackedLayout::S24_Q4x16P ? 32 + 256 : 1024;
+  return sparse24_q8_values(l) ? 32 + 512 : l == PackedLayout::S24_Q4x16 ? 32 + 256 : 1024;
 }
 
 // Up to this many tokens the 2:4 F16 kernels multiply the sparse values; beyond, groups are expanded into

@@ -98,8 +98,6 @@ PackedGemmFn packed_gemm_reference(PackedLayout layout) {
     case PackedLayout::Q3_Kx16: return reference<PackedLayout::Q3_Kx16>;
     case PackedLayout::S24_Q8x16: return reference<PackedLayout::S24_Q8x16>;
     case PackedLayout::S24_Q4x16: return reference<PackedLayout::S24_Q4x16>;
-    case PackedLayout::S24_Q8x16P: return reference<PackedLayout::S24_Q8x16P>;
-    case PackedLayout::S24_Q4x16P: return reference<PackedLayout::S24_Q4x16P>;
   }
   return nullptr;
 }
