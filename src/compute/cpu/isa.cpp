@@ -110,6 +110,8 @@ PrefetchTarget prefetch_target() {
   return target;
 }
 
+const bool prefetch_into_l2 = prefetch_target() == PrefetchTarget::L2;
+
 std::vector<Isa> runnable_isas() {
   const Isa hw = hardware_isa();
   if (hw == Isa::Neon) return {Isa::Scalar, Isa::Neon};

@@ -34,5 +34,9 @@ bool cpu_has_i8mm();
 enum class PrefetchTarget { L1 = 0, L2 = 1 };
 const char* prefetch_target_name(PrefetchTarget target);
 PrefetchTarget prefetch_target();
+// prefetch_target() == L2, set when the program starts, for prefetch_line: a plain load in the kernels (a
+// function-local static there put a guard and a call into every kernel loop, and GCC then kept the loops'
+// vector accumulators in memory around the call).
+extern const bool prefetch_into_l2;
 
 }  // namespace kestrel
