@@ -1,8 +1,9 @@
 // One cache line prefetched, as an instruction the compiler must emit: on x86 into L1 (prefetcht0) or L2 only
-// (prefetcht1) as isa.h's prefetch_target() says for this CPU (read from prefetch_into_l2, set at start-up), on AArch64 into L1 (prfm pldl1keep). GCC 12
-// silently deleted __builtin_prefetch from the AVX-512 32-input GEMM tiles (every Q4_0, Q8_0, Q4_1, Q5_0 and
-// Q5_1 decode ran without software prefetch), so every kernel prefetches through this instead. Reads nothing
-// and cannot fault, so any address, even past the end of a buffer, is fine.
+// (prefetcht1) as isa.h's prefetch_target() says for this CPU (read from prefetch_into_l2, set at start-up),
+// on AArch64 into L1 (prfm pldl1keep). GCC 12 silently deleted __builtin_prefetch from the AVX-512 32-input
+// GEMM tiles (every Q4_0, Q8_0, Q4_1, Q5_0 and Q5_1 decode ran without software prefetch), so every kernel
+// prefetches through this instead. Reads nothing and cannot fault, so any address, even past the end of a
+// buffer, is fine.
 #pragma once
 
 #include "compute/cpu/isa.h"
