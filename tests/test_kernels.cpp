@@ -247,7 +247,8 @@ TEST(Kernels, PackedBf16GemmMatchesReference) {
 
 // The F16/BF16 weights widened in registers, and F32 weights (the Fma16 layouts): exact weights, float
 // activations, in decode tiles (one token, whole rows) and prefill tiles (input chunks added up in y).
-// The 2:4 F16 layout too: its sparse decode tiles (up to 4 tokens) and the dense prefill of expanded groups.
+// The 2:4 F16 layout too: its sparse decode tiles (up to 4 tokens), the dense prefill of expanded groups
+// and AVX2's tokens-in-lanes prefill (from 48 tokens).
 TEST(Kernels, PackedFloatGemmMatchesReferenceOnEveryIsa) {
   const size_t n_in = 1024, n_out = 48;
   for (DType type : {DType::F16, DType::BF16, DType::F32, DType::S24_F16}) {
@@ -260,7 +261,9 @@ TEST(Kernels, PackedFloatGemmMatchesReferenceOnEveryIsa) {
                               : type == DType::F32  ? PackedLayout::F32Fma16
                                                     : PackedLayout::S24_F16x16);
     const PackedGemmF32Fn reference = packed_gemm_f32_reference(packed->layout);
-    for (int n_tok : {1, 2, 3, 4, 6, 7, 13, 40, 100}) {  // 100: more than one token block of the prefill loop
+    // 100: more than one token block of the prefill loop; from 48 the 2:4 F16 lane tiles (AVX2), with the
+    // tokens of a last tile of 12 or 4 by the other kernels, of 42 in lanes
+    for (int n_tok : {1, 2, 3, 4, 6, 7, 13, 40, 48, 60, 90, 100}) {
       const auto x = random_vector(n_in * static_cast<size_t>(n_tok), 93 + static_cast<uint32_t>(n_tok));
       std::vector<float> want(n_out * n_tok);
       reference(packed->view(), x.data(), n_tok, want.data(), n_out, 0, packed->n_groups());

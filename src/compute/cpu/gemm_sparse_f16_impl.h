@@ -3,7 +3,8 @@
 // weights meet the activations at their positions, picked from the group's 4 by an in-lane permute
 // (sparse_f16_decode on an ISA's SparseF16 operations). More: groups expanded into the F16Fma16 layout,
 // kFloatGroupChunk at a time as the dense GEMM widens them together, then the float GEMM of
-// gemm_float_impl.h on vector type V (sparse_f16_prefill). Included by the ISA files after
+// gemm_float_impl.h on vector type V (sparse_f16_prefill), or on AVX2, from kSparse24F16LaneTokens tokens,
+// the kept weights against tokens in the lanes (sparse_f16_prefill_lanes). Included by the ISA files after
 // gemm_float_impl.h (AVX2 and AVX-512); internal linkage.
 #pragma once
 #include <immintrin.h>
@@ -123,6 +124,69 @@ void sparse_f16_prefill(PackedView w, const float* x, int n_tok, float* y, size_
     for (int64_t i = 0; i < n; ++i) expand_sparse_f16_group(w, g0 + i, dense + static_cast<size_t>(i) * group_bytes);
     const PackedView d{dense, w.n_blocks * 2, 1024, nullptr, w.accumulate};
     float_gemm<V, FloatWeights::F16>(d, x, n_tok, y + static_cast<size_t>(g0) * 16, ys, 0, n);
+  }
+}
+
+// Many tokens, the tokens in the lanes (AVX2, sparse_f16_prefill_lanes): y[t, row] is the sum over the row's
+// kept inputs i of w[row, i] x[t, i], and with W tokens' x[., i] in one vector no permute is needed: each
+// kept weight is broadcast and meets NT vectors of tokens, half the dense GEMM's FMAs and nothing on the
+// shuffle port. Per call, token tile by token tile (TT = NT x W tokens), the activations are transposed into
+// xt [n_in][TT] (the caller's takes are large: matmul.cpp); per group, block by block, RT rows at a time
+// keep RT x NT accumulators in registers (in acc_rows between blocks, so the block's 64 inputs of xt stay
+// in L1 for its 16 rows), and the positions decode with scalar shifts beside the FMAs. S: the vector
+// interface (Vec256: type, W, load of floats and fp16, set1, fma, store) plus transpose_tokens(x, n_in,
+// n_tok, t, i, out, out_stride): out[l * out_stride + j] = x[(t + j) * n_in + i + l] for W tokens j (zero
+// from n_tok on) and W inputs l.
+template <class S, int NT, int RT>
+void sparse_f16_prefill_lanes(PackedView w, const float* x, int n_tok, float* y, size_t ys, int64_t group_begin,
+                              int64_t group_end) {
+  using vec = typename S::type;
+  constexpr int W = S::W, TT = NT * W;
+  static_assert(16 % RT == 0, "row tiles fill a group");
+  const size_t nb = static_cast<size_t>(w.n_blocks), n_in = nb * 64;
+  auto* xt = reinterpret_cast<float*>(sparse24_group_buffer(n_in * TT * sizeof(float)));  // [n_in][TT]
+  alignas(64) float kept[512];         // [16 groups][2 values][16 rows] one block's kept weights
+  alignas(64) float acc_rows[16][TT];  // [16 rows][TT tokens] the group's sums so far
+  for (int t0 = 0; t0 < n_tok; t0 += TT) {
+    const int nt = n_tok - t0 < TT ? n_tok - t0 : TT;
+    for (int v = 0; v < NT; ++v)
+      for (size_t i = 0; i < n_in; i += W) S::transpose_tokens(x, n_in, n_tok, t0 + v * W, i, xt + i * TT + v * W, TT);
+    for (int64_t g = group_begin; g < group_end; ++g) {
+      for (auto& row : acc_rows)
+        for (float& a : row) a = 0.0f;
+      for (size_t b = 0; b < nb; ++b) {
+        const uint8_t* blk = w.data + (static_cast<size_t>(g) * nb + b) * w.block_bytes;
+        const auto* halves = reinterpret_cast<const uint16_t*>(blk);  // fp16 (group k, value s, row) at 32 k + 16 s + row
+        for (int j = 0; j < 512; j += W) S::store(kept + j, S::load(halves + j));
+        const auto* positions = reinterpret_cast<const uint32_t*>(blk + sparse24_meta_offset(PackedLayout::S24_F16x16));  // [2][16 rows]
+        const float* xb = xt + 64 * b * TT;  // [64 inputs][TT] the block's activations
+        for (int r0 = 0; r0 < 16; r0 += RT) {
+          vec acc[RT][NT];
+          for (int r = 0; r < RT; ++r)
+            for (int v = 0; v < NT; ++v) acc[r][v] = S::load(acc_rows[r0 + r] + v * W);
+          for (int half = 0; half < 2; ++half) {  // 32-input halves: one positions dword per row
+            uint32_t rest[RT];                    // [rows] the half's positions, group 8 half + i's at bits 4i
+            for (int r = 0; r < RT; ++r) rest[r] = positions[16 * half + r0 + r];
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; ++i) {
+              const int k = 8 * half + i;
+              for (int r = 0; r < RT; ++r)
+                for (int s = 0; s < 2; ++s) {
+                  const vec wv = S::set1(kept[32 * k + 16 * s + r0 + r]);
+                  const float* xi = xb + static_cast<size_t>(4 * k + ((rest[r] >> (4 * i + 2 * s)) & 3)) * TT;
+                  for (int v = 0; v < NT; ++v) acc[r][v] = S::fma(wv, S::load(xi + v * W), acc[r][v]);
+                }
+            }
+          }
+          for (int r = 0; r < RT; ++r)
+            for (int v = 0; v < NT; ++v) S::store(acc_rows[r0 + r] + v * W, acc[r][v]);
+        }
+      }
+      for (int t = 0; t < nt; ++t) {
+        float* yr = y + static_cast<size_t>(t0 + t) * ys + static_cast<size_t>(g) * 16;
+        for (int r = 0; r < 16; ++r) yr[r] = w.accumulate ? yr[r] + acc_rows[r][t] : acc_rows[r][t];
+      }
+    }
   }
 }
 

@@ -60,6 +60,9 @@ constexpr size_t sparse24_meta_offset(PackedLayout l) {
 // Up to this many tokens the 2:4 F16 kernels multiply the sparse values; beyond, groups are expanded into
 // F16Fma16 and the dense float GEMM runs. (The integer layouts' threshold is each ISA's: Tiles::kSparseDirectTokens.)
 constexpr int kSparse24F16DirectTokens = 4;
+// From this many tokens the AVX2 2:4 F16 kernel puts tokens in the vector lanes (a tile of this many) and
+// transposes the activations on each call; matmul.cpp gives such calls large takes of groups.
+constexpr int kSparse24F16LaneTokens = 48;
 
 // Bytes of a group of n_in inputs expanded into F16Fma16.
 constexpr size_t sparse24_f16_dense_group_bytes(int64_t n_in) { return static_cast<size_t>(n_in) * 16 * 2; }
