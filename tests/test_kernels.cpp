@@ -611,17 +611,19 @@ TEST(Kernels, AttentionStoringRowsEqualsStoreThenAttend) {
 
 // Attention over scattered pages of two sequences, for each page layout the cache uses: transposed K pages
 // of 16 or 32 tokens and of 4 or 8 (the page kernel, its tiles spanning pages; F32, F16 and BF16 elements),
-// and 6-token pages (the generic path).
+// and 6-token pages (the generic path); groups of 4 and 6 query heads per KV head (6: AVX2 scores them in one
+// pass with one value slice, AVX-512 with two).
 TEST(Kernels, PagedAttentionMatchesFullSoftmax) {
   ThreadPool pool(2);
-  const int n_heads = 8, n_kv = 2, n_blocks = 48;
+  const int n_kv = 2, n_blocks = 48;
+  for (const int n_heads : {8, 12})
   // Head widths on the 16-lane grid, and off it (value lanes past the last vector: tiny models' 8).
   for (const int hd : {64, 8, 40, 12})
   for (const auto& [bs, type] : std::vector<std::pair<int, KvType>>{
            {16, KvType::F32}, {16, KvType::F16}, {32, KvType::F16}, {16, KvType::BF16}, {32, KvType::BF16},
            {4, KvType::F32}, {4, KvType::F16}, {4, KvType::BF16}, {8, KvType::F32}, {8, KvType::F16},
            {8, KvType::BF16}, {6, KvType::F32}, {6, KvType::F16}}) {
-    SCOPED_TRACE("head width " + std::to_string(hd) + " block_size " + std::to_string(bs) + " type " +
+    SCOPED_TRACE(std::to_string(n_heads) + " heads, head width " + std::to_string(hd) + " block_size " + std::to_string(bs) + " type " +
                  std::to_string(static_cast<int>(type)));
     const size_t elems = static_cast<size_t>(n_blocks) * n_kv * bs * hd, bytes = elems * (type == KvType::F16 ? 2 : 4);
     std::vector<uint8_t> k(bytes), v(bytes);
