@@ -25,8 +25,7 @@ struct Scalar {
   static constexpr int W = 1;
   static constexpr int kMaxGroup = 8;
   static constexpr int kTileKeys = 16;  // keys scored per tile
-  static constexpr int kValueSlices = 1;  // value slices accumulated together, at most
-  static constexpr int kValueRegisters = 8;  // value accumulators (heads x slices)
+  static constexpr int kValueSlices = 1;  // value slices accumulated together
   static type zero() { return 0.0f; }
   static type set1(float x) { return x; }
   static type load(const float* p) { return *p; }

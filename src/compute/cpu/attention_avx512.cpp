@@ -10,8 +10,7 @@ namespace {
 struct AttendVec512 : Vec512 {
   static constexpr int kMaxGroup = 8;
   static constexpr int kTileKeys = 32;  // keys scored per tile
-  static constexpr int kValueSlices = 2;  // value slices accumulated together, at most
-  static constexpr int kValueRegisters = 16;  // value accumulators (heads x slices)
+  static constexpr int kValueSlices = 2;  // value slices accumulated together
   // Quantized pages (attention_quant_impl.h).
   using lut_type = __m512;
   static itype widen_u8(const uint8_t* p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }

@@ -201,14 +201,6 @@ void attend_finish(const AttendArgs& a, int g0, const float (*acc)[kAttendMaxDim
   }
 }
 
-// Value slices (W lanes each) accumulated together for GC heads: GC x slices independent FMA chains, as many
-// as V::kValueRegisters holds, at least one and at most V::kValueSlices.
-template <typename V, int GC>
-constexpr int attend_value_slices() {
-  constexpr int fit = V::kValueRegisters / GC;
-  return fit < 1 ? 1 : fit < V::kValueSlices ? fit : V::kValueSlices;
-}
-
 // acc[g][i .. i + S * W) += sum over the chunk's n keys of p[g][j] * key j's values (S slices of W lanes,
 // each from load(j, s)); attend_values: V row j from column vi.
 template <typename V, int GC, int S, typename LoadValues>
@@ -300,8 +292,7 @@ template <typename V, typename T, int GC, int NV, int SPLIT>
 
 // GC query heads starting at g0 of the group (GC a compile-time count so score tiles stay in registers).
 // V is the including file's vector type: V::W lanes, V::kMaxGroup heads per pass, V::kTileKeys keys scored
-// per tile (a multiple of 16 and of W), V::kValueSlices value slices per accumulation pass at most and
-// V::kValueRegisters accumulators for them (attend_value_slices), and zero, set1,
+// per tile (a multiple of 16 and of W), V::kValueSlices value slices per accumulation pass, and zero, set1,
 // load(float*), load(uint16_t*) (fp16 bits), store, add, sub, mul, fma(a, b, c) = a * b + c, max,
 // reduce_max, reduce_add, exp (for arguments <= 0), and for pages smaller than W, load2 / load4.
 // SPLIT: pages per vector (W / block_size when pages are smaller than a vector, else 1).
@@ -312,7 +303,7 @@ template <typename V, typename T, int GC, int SPLIT>
 void attend_chunk(const AttendArgs& a, int g0) {
   constexpr int B = V::kTileKeys, CK = kAttendChunk, W = V::W, NV = B / W;  // vectors per tile of B keys
   constexpr int PART = W / SPLIT;  // keys of one vector that lie in one page
-  constexpr int VS = attend_value_slices<V, GC>();
+  constexpr int VS = V::kValueSlices;
   static_assert(B % kAttendTile == 0 && CK % B == 0, "tiles are whole 16-key steps and fill a chunk");
   const int d = a.d, dv = a.dv, bs = a.block_size;
   const int page_keys = bs < kAttendTile ? bs : kAttendTile;  // keys of a 16-key step in one page

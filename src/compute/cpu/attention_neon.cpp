@@ -6,8 +6,7 @@ namespace {
 struct AttendVec128 : Vec128 {
   static constexpr int kMaxGroup = 4;  // 4 vectors per head per tile: 16 score registers of 32
   static constexpr int kTileKeys = 16;  // keys scored per tile
-  static constexpr int kValueSlices = 2;  // value slices accumulated together, at most
-  static constexpr int kValueRegisters = 16;  // value accumulators (heads x slices)
+  static constexpr int kValueSlices = 2;  // value slices accumulated together
 };
 }  // namespace
 }  // namespace kestrel

@@ -258,11 +258,11 @@ template <typename V, int GC, int S>
   }
 }
 
-// Vectors of a 32-value group's values accumulated per pass for GC heads (the value loops' slices S).
-template <typename V, int GC>
+// Vectors of a 32-value group's values accumulated per pass (the value loops' slices S).
+template <typename V>
 constexpr int attend_quant_value_slices() {
-  constexpr int slices = kQuantGroup / V::W, fit = attend_value_slices<V, GC>();
-  return fit < slices ? fit : slices;
+  constexpr int slices = kQuantGroup / V::W;
+  return V::kValueSlices < slices ? V::kValueSlices : slices;
 }
 
 // Page types the kernels below read: every quantized type, and F32 / F16 for one side of a mixed pair
@@ -330,7 +330,7 @@ template <typename V, KvType Q, int GC>
   PageStreamPrefetch ahead = stream;  // a local copy: its counters stay in registers in the loops
   constexpr int B = V::kTileKeys, CK = kAttendChunk, W = V::W, G32 = kQuantGroup;
   constexpr int SLICES = G32 / W;  // vectors per 32-value group
-  constexpr int VS = attend_quant_value_slices<V, GC>();
+  constexpr int VS = attend_quant_value_slices<V>();
   static_assert(B % kAttendTile == 0 && CK % B == 0 && SLICES % VS == 0, "tiles fill chunks, slices fill groups");
   constexpr bool kQ8 = Q == KvType::Q8_0;
   constexpr int kCodeKeys = kQ8 ? 2 : 1;  // keys per V code row: q8_0 pages hold pairs of keys
@@ -347,7 +347,7 @@ template <typename V, KvType Q, int GC>
       for (int r = 0; r < kAttendTile; ++r) vrow[j + r] = v0 + static_cast<size_t>(r) * a.v_stride;
     }
     attend_softmax_update<V, GC>(h.p, n, padded, h.m, h.l, h.acc, dv);
-    constexpr int FS = attend_value_slices<V, GC>();
+    constexpr int FS = V::kValueSlices;
     int i = 0;
     for (; i + FS * W <= dv; i += FS * W)
       attend_values_with<V, GC, FS>(h.p, n, i, h.acc, [&](int j, int s) {
@@ -405,10 +405,10 @@ template <typename V>
 int attend_score_steps(KvType t, int d) {
   return kAttendChunk / V::kTileKeys * (t == KvType::Q8_0 ? d / 4 : d);
 }
-template <typename V, int GC>
+template <typename V>
 int attend_value_steps(KvType t, int dv) {
-  constexpr int W = V::W, SLICES = kQuantGroup / W, VS = attend_quant_value_slices<V, GC>(), FS = attend_value_slices<V, GC>();
-  if (attend_float_page(t)) return kAttendChunk * (dv / (FS * W) + dv % (FS * W) / W);
+  constexpr int W = V::W, SLICES = kQuantGroup / W, VS = attend_quant_value_slices<V>();
+  if (attend_float_page(t)) return kAttendChunk * (dv / (V::kValueSlices * W) + dv % (V::kValueSlices * W) / W);
   return dv / kQuantGroup * SLICES / VS * (t == KvType::Q8_0 ? kAttendChunk / 2 : kAttendChunk);
 }
 
@@ -451,7 +451,7 @@ template <typename V, int GC, typename RunChunk>
   // side, the float kernel's scheme: the pages' rate per step and a burst over the first tile.
   const size_t key_bytes = kv_row_bytes(kt, d) + kv_row_bytes(vt, dv);
   const bool quantized = attend_quantized_page(kt) && attend_quantized_page(vt);
-  const int steps = attend_score_steps<V>(kt, d) + attend_value_steps<V, GC>(vt, dv);
+  const int steps = attend_score_steps<V>(kt, d) + attend_value_steps<V>(vt, dv);
   const int rate = quantized ? kQuantPrefetchLinesPerStep : attend_stream_rate(key_bytes, kAttendChunk, steps);
   const int burst = quantized ? kQuantPrefetchLinesPerStep
                               : attend_stream_rate(key_bytes, kAttendPrefetchKeys, attend_score_steps<V>(kt, d) * V::kTileKeys / kAttendChunk);
