@@ -602,8 +602,8 @@ TEST(Kernels, AttentionStoringRowsEqualsStoreThenAttend) {
 
 // Attention over scattered pages of two sequences, for each page layout the cache uses: transposed K pages
 // of 16 or 32 tokens and of 4 or 8 (the page kernel, its tiles spanning pages; F32, F16 and BF16 elements),
-// and 6-token pages (the generic path); groups of 4 and 6 query heads per KV head (6: AVX2 scores them in one
-// pass with one value slice, AVX-512 with two).
+// and 6-token pages (the generic path); groups of 4 and 6 query heads per KV head (each group one pass of the
+// page kernels).
 TEST(Kernels, PagedAttentionMatchesFullSoftmax) {
   ThreadPool pool(2);
   const int n_kv = 2, n_blocks = 48;

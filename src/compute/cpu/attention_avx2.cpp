@@ -8,9 +8,9 @@
 namespace kestrel {
 namespace {
 struct AttendVec256 : Vec256 {
-  // 8 heads x 2 vectors of keys: 16 score registers, and 8 x 2 value slices: 16 accumulators (GCC keeps 13 of
-  // them in registers, the rest in L1). Passes of 4 heads read and converted every key twice: f16 and q4_0
-  // pages 12-17% slower at 4096 keys.
+  // 8 heads x 2 vectors of keys: 16 score registers, and 8 heads x 2 value slices: 16 accumulators (GCC keeps
+  // a few of each in L1). Passes of 4 heads read and converted every key twice: f16 pages ran 9-15% slower,
+  // q4_0 20%, tq4 and tq3 26-32% (BENCHMARKS.md).
   static constexpr int kMaxGroup = 8;
   static constexpr int kTileKeys = 16;  // keys scored per tile
   static constexpr int kValueSlices = 2;  // value slices accumulated together
