@@ -1,15 +1,18 @@
 // Calibration (model/calibration.h): the importance of a matrix's input channels is the mean square of the
 // rows it multiplies, measured without changing the forward's results; quantizing with it (imatrix) writes
-// a runnable file.
+// a runnable file. The embedding's importance comes from the norms that read the residual stream.
 #include <cmath>
 #include <filesystem>
 #include <numeric>
 
 #include "engine/generator.h"
+#include "io/gguf.h"
 #include "model/activation_observer.h"
 #include "model/calibration.h"
+#include "model/embedding_importance.h"
 #include "model/model_maker.h"
 #include "model/model_quantizer.h"
+#include "quant/quantize.h"
 #include "test_support.h"
 
 namespace kestrel {
@@ -192,6 +195,72 @@ TEST_F(Calibration, GptqQuantizedFileTracksTheModelBetterThanRounding) {
   EXPECT_LT(gptq_error, 0.9 * rtn_error);
   std::filesystem::remove(gptq);
   std::filesystem::remove(rtn);
+}
+
+// The embedding's importance is the mean gamma_j^2 of the residual-stream norms, so with outlier channels
+// the calibrated quantizers keep those channels' embedding values closer than round-to-nearest does.
+TEST(EmbeddingImportance, WeightsTheEmbeddingByTheNormsThatReadIt) {
+  const std::string path = test::temp_path("embedding-importance.gguf"), out = test::temp_path("embedding-importance-q4.gguf"),
+                    plain = test::temp_path("embedding-importance-rtn.gguf");
+  MakeModelOptions options;
+  options.shape.n_embd = 256;
+  options.shape.n_layers = 2;
+  options.shape.n_ff = 512;
+  options.outlier_channels = 4;
+  ASSERT_TRUE(make_model(options, path).ok());
+  auto opened = GgufFile::open(path);
+  ASSERT_TRUE(opened.ok());
+  const GgufFile& file = opened.value();
+  ImportanceMatrix m;
+  ASSERT_TRUE(add_embedding_importance(file, m).ok());
+  const float* got = m.find("token_embd.weight", 0);
+  ASSERT_TRUE(got);
+  const std::vector<std::string> norms = {"blk.0.attn_norm.weight", "blk.0.ffn_norm.weight", "blk.1.attn_norm.weight",
+                                          "blk.1.ffn_norm.weight", "output_norm.weight"};
+  std::vector<double> want(256, 0.0);
+  for (const std::string& name : norms) {
+    const float* gamma = reinterpret_cast<const float*>(file.find_tensor(name)->data);
+    for (size_t j = 0; j < want.size(); ++j) want[j] += gamma[j] * static_cast<double>(gamma[j]) / norms.size();
+  }
+  for (size_t j = 0; j < want.size(); ++j) ASSERT_NEAR(got[j], want[j], 1e-5 * want[j]) << j;
+  const std::vector<int> outliers = outlier_channels(256, 4, options.seed);
+  EXPECT_GT(got[outliers[0]], 100.0f * got[(outliers[0] + 1) % 256]);
+  // An entry already there (a tied output matrix's measured inputs) is kept.
+  ImportanceMatrix measured;
+  measured.tensors["token_embd.weight"] = {256, 1, std::vector<float>(256, 2.0f), {7}, {}};
+  ASSERT_TRUE(add_embedding_importance(file, measured).ok());
+  EXPECT_EQ(measured.find("token_embd.weight", 0)[3], 2.0f);
+
+  // Quantized by the importance search with an importance matrix that has no embedding entry: the
+  // embedding is still weighted, and its error as the norms see it is lower than round-to-nearest's.
+  ThreadPool pool{2};
+  const ImportanceMatrix none;
+  auto report = quantize_model({path, out, *find_quant_scheme("Q4_0"), true, QuantMethod::Importance, &none}, pool);
+  ASSERT_TRUE(report.ok()) << report.error();
+  for (const auto& t : report->tensors)
+    EXPECT_EQ(t.method, t.name == "token_embd.weight" ? QuantMethod::Importance : t.converted ? QuantMethod::RoundToNearest : QuantMethod::Copy)
+        << t.name;
+  ASSERT_TRUE(quantize_model({path, plain, *find_quant_scheme("Q4_0"), true}, pool).ok());
+  const auto weighted_error = [&](const std::string& quantized) {
+    auto q = GgufFile::open(quantized);
+    EXPECT_TRUE(q.ok());
+    const TensorView& source = *file.find_tensor("token_embd.weight");
+    const TensorView& table = *q->find_tensor("token_embd.weight");
+    std::vector<float> back(256);
+    double e = 0;
+    for (int64_t r = 0; r < source.n_rows(); ++r) {
+      dequantize_row(table.type, table.row(r), back.data(), back.size());
+      const float* x = reinterpret_cast<const float*>(source.row(r));
+      for (size_t j = 0; j < back.size(); ++j) e += want[j] * std::pow(back[j] - x[j], 2);
+    }
+    return e;
+  };
+  const double weighted = weighted_error(out), rounded = weighted_error(plain);
+  std::printf("embedding error weighted by gamma^2: rtn %.4g, importance %.4g\n", rounded, weighted);
+  EXPECT_LT(weighted, 0.5 * rounded);
+  std::filesystem::remove(path);
+  std::filesystem::remove(out);
+  std::filesystem::remove(plain);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "io/gguf.h"
+#include "model/embedding_importance.h"
 #include "model/tensor_conversion.h"
 #include "model/w8a8_quantizer.h"
 #include "quant/block_grid.h"
@@ -83,6 +84,14 @@ Result<QuantizeReport> quantize_model(const QuantizeOptions& options, ThreadPool
   if ((needs_hessians && !options.hessians) || (options.method == QuantMethod::Importance && !options.importance))
     return Error{std::string("quantizing by ") + quant_method_name(options.method) + " needs calibration data"};
 
+  // The calibrated methods weight the embedding's rounding by the norms that read it.
+  ImportanceMatrix importance;
+  if (options.importance) {
+    importance = *options.importance;
+    if (Status added = add_embedding_importance(in, importance); !added.ok()) return Error{added.error()};
+  }
+  const ImportanceMatrix* importance_used = options.importance ? &importance : nullptr;
+
   QuantizeReport report;
   GgufWriter w;
   copy_metadata_for_quantized(in, w, options.scheme.file_type);
@@ -97,8 +106,8 @@ Result<QuantizeReport> quantize_model(const QuantizeOptions& options, ThreadPool
       r.converted = true;
       const bool gptq = options.method == QuantMethod::Gptq && has_block_grid(*to) && options.hessians->find(t.name, 0);
       r.method = gptq ? QuantMethod::Gptq
-                 : options.importance && options.importance->find(t.name, 0) ? QuantMethod::Importance
-                                                                             : QuantMethod::RoundToNearest;
+                 : importance_used && importance_used->find(t.name, 0) ? QuantMethod::Importance
+                                                                       : QuantMethod::RoundToNearest;
     }
     const size_t index = w.add_tensor(t.name, r.to, dims);
     r.bytes_out = w.tensor_bytes(index);
@@ -141,7 +150,7 @@ Result<QuantizeReport> quantize_model(const QuantizeOptions& options, ThreadPool
           if (Status s = convert_gptq(src, r.to, bytes.data(), *options.hessians, options.gptq, pool); !s.ok() && failed.ok()) failed = s;
         } else if (r.converted) {
           if (r.method == QuantMethod::Awq) convert_awq(src, r.to, bytes.data(), fold, pool);
-          else convert_rows(src, r.to, bytes.data(), options.importance, pool);
+          else convert_rows(src, r.to, bytes.data(), importance_used, pool);
         } else if (src.replaced) {
           convert_rows(src, t.type, bytes.data(), nullptr, pool);  // a folded norm weight or bias, in its own type
         } else {

@@ -37,7 +37,8 @@ struct QuantizeOptions {
   // RoundToNearest, Importance (needs `importance`), Gptq or Awq (need `hessians`). Tensors the method
   // does not reach get the importance search where `importance` is given (with equal weights where it has
   // no entry), else round to nearest: GPTQ handles block formats with a Hessian, AWQ the matrices of the
-  // groups it folds.
+  // groups it folds. Where `importance` is given and has no entry for the token embedding, the embedding
+  // gets one from the norms that read it (model/embedding_importance.h).
   QuantMethod method = QuantMethod::RoundToNearest;
   const ImportanceMatrix* importance = nullptr;
   const HessianSet* hessians = nullptr;
