@@ -149,10 +149,10 @@ void BM_PackedGemvStream(benchmark::State& state, DType type, Isa isa) {
 
 // One decode step's GEMMs of a TinyLlama-1.1B-shaped model, `type` in its 22 layers (q k v in one pass, o,
 // gate and up in one pass, down) and Q8_0 in the 32000-row output, each layer's weights packed in memory
-// of their own (1.1 GB for Q8_0), through the engine's matmul entry points with two threads on the
+// of their own (1.1 GB for Q8_0), through the engine's matmul entry points with `threads` threads on the
 // detected ISA: the weight streaming of decode with its passes, without attention and the other
 // per-token work, so a pruned or quantized type's whole-model ratio can be split into the GEMMs' and the rest's.
-void BM_ModelDecodeGemms(benchmark::State& state, DType type) {
+void BM_ModelDecodeGemms(benchmark::State& state, DType type, int threads) {
   const int64_t d = 2048, kv = 256, ff = 5632, vocab = 32000, layers = 22;
   struct Shape { DType type; int64_t n_in, n_out; };
   for (const Shape& s : {Shape{type, d, d}, Shape{type, d, kv}, Shape{type, d, ff}, Shape{type, ff, d}, Shape{DType::Q8_0, d, vocab}})
@@ -177,7 +177,7 @@ void BM_ModelDecodeGemms(benchmark::State& state, DType type) {
   std::vector<Layer> ls;
   for (int64_t l = 0; l < layers; ++l) ls.push_back({packed(q), packed(k), packed(v), packed(o), packed(gate), packed(up), packed(down)});
   const kestrel::WeightMatrix output = packed(out);
-  kestrel::ThreadPool pool(2);
+  kestrel::ThreadPool pool(threads);
   // x [d] the residual stream (reset per layer: only the weights' traffic matters), ya / yb [ff] gate / up,
   // yq [d], yk / yv [kv], logits [vocab]
   std::vector<float> x(static_cast<size_t>(d), 0.5f), ya(static_cast<size_t>(ff)), yb(static_cast<size_t>(ff)),
@@ -373,10 +373,13 @@ void register_all() {
       benchmark::RegisterBenchmark(
           (std::string("matvec_2048x2048/") + kestrel::dtype_name(type) + "/" + kestrel::isa_name(isa)).c_str(),
           BM_MatVec, type, isa);
-  for (DType type : {DType::Q8_0, DType::S24_Q8, DType::Q4_0, DType::S24_Q4})
-    benchmark::RegisterBenchmark((std::string("BM_ModelDecodeGemms/") + kestrel::dtype_name(type)).c_str(), BM_ModelDecodeGemms, type)
-        ->UseRealTime()
-        ->Unit(benchmark::kMillisecond);
+  for (int threads : {1, 2})
+    for (DType type : {DType::Q8_0, DType::S24_Q8, DType::Q4_0, DType::S24_Q4})
+      benchmark::RegisterBenchmark(
+          (std::string("BM_ModelDecodeGemms/") + kestrel::dtype_name(type) + "/threads:" + std::to_string(threads)).c_str(),
+          BM_ModelDecodeGemms, type, threads)
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
 }
 
 }  // namespace
