@@ -337,9 +337,10 @@ void register_all() {
     if (isa == Isa::Scalar) continue;
     for (DType type : {DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q4_K,
                        DType::Q5_K, DType::Q6_K, DType::S24_Q8, DType::S24_Q4})
-      for (size_t rows : {size_t{2048}, size_t{32768}})
+      for (size_t rows : {size_t{256}, size_t{2048}, size_t{32768}})
         for (int n_tok : {1, 2, 4, 8, 16, 32, 64, 512}) {
           if (n_tok == 512 && rows != 2048) continue;  // prefill: one matrix is enough
+          if (rows == 256 && n_tok != 1) continue;     // decode's compute ceiling: 0.5 MB or less, in L2
           benchmark::RegisterBenchmark((std::string("packed_gemm/") + kestrel::dtype_name(type) + "/" +
                                         kestrel::isa_name(isa) + "/rows:" + std::to_string(rows) +
                                         "/tokens:" + std::to_string(n_tok)).c_str(),
