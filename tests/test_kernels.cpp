@@ -28,14 +28,14 @@ const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DTyp
 using test::kBlockTypes;
 using test::quantized;
 
-std::vector<float> random_vector(size_t n, uint32_t seed, float scale = 1.0f) { return test::gaussian_vector(n, seed, scale); }
+using test::gaussian_vector;
 bool plain_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 
 // Every slot of kv's pages (k_dim == v_dim) set to N(0, 1) values: K from seed_k, V from seed_v, in (block,
 // head, offset, dim) order, encoded as the pages' types.
 void fill_pages(const KvLayerView& kv, uint32_t seed_k, uint32_t seed_v) {
   const size_t n = static_cast<size_t>(kv.n_blocks) * kv.n_kv_heads * kv.block_size * kv.k_dim;
-  const auto kvals = random_vector(n, seed_k), vvals = random_vector(n, seed_v);
+  const auto kvals = gaussian_vector(n, seed_k), vvals = gaussian_vector(n, seed_v);
   for (int32_t blk = 0; blk < kv.n_blocks; ++blk)
     for (int h = 0; h < kv.n_kv_heads; ++h)
       for (int o = 0; o < kv.block_size; ++o) {
@@ -50,8 +50,8 @@ TEST(Kernels, DotMatchesReferenceOnEveryIsa) {
     for (DType type : kTypes) {
       for (size_t n : {256u, 512u, 2048u, 5632u}) {
         SCOPED_TRACE(std::string(isa_name(isa)) + " " + dtype_name(type) + " n=" + std::to_string(n));
-        const auto w = random_vector(n, 1 + static_cast<uint32_t>(n), 0.05f);
-        const auto x = random_vector(n, 7);
+        const auto w = gaussian_vector(n, 1 + static_cast<uint32_t>(n), 0.05f);
+        const auto x = gaussian_vector(n, 7);
         const auto bytes = quantized(type, w, n);
         const double want = ref::dot(type, bytes.data(), x.data(), n);
         const float got = dot_kernel(type, isa)(bytes.data(), x.data(), n);
@@ -69,7 +69,7 @@ TEST(Kernels, DotMatchesReferenceOnEveryIsa) {
 TEST(Kernels, F32DotHandlesOddLengths) {
   for (Isa isa : runnable_isas())
     for (size_t n : {1u, 7u, 15u, 17u, 33u, 100u}) {
-      const auto w = random_vector(n, 3), x = random_vector(n, 4);
+      const auto w = gaussian_vector(n, 3), x = gaussian_vector(n, 4);
       const double want = ref::dot(DType::F32, w.data(), x.data(), n);
       EXPECT_NEAR(dot_kernel(DType::F32, isa)(w.data(), x.data(), n), want, 1e-4) << isa_name(isa) << " n=" << n;
     }
@@ -81,7 +81,7 @@ TEST(Kernels, ScalarDotOfEncodedRowsEqualsDotOfDecodedRows) {
   for (DType type : kTypes)
     for (size_t n : {256u, 2304u, 2053u}) {
       if (n % dtype_traits(type).block_elems) continue;  // the odd length: float types only
-      const auto w = random_vector(n, 11, 0.05f), x = random_vector(n, 12);
+      const auto w = gaussian_vector(n, 11, 0.05f), x = gaussian_vector(n, 12);
       const auto bytes = quantized(type, w, n);
       std::vector<float> decoded(n);
       dequantize_row(type, bytes.data(), decoded.data(), n);
@@ -96,12 +96,12 @@ TEST(Kernels, IntegerDotMatchesReferenceOnEveryIsa) {
     for (DType type : kBlockTypes) {
       const DotQ8Fn fast = dot_q8_kernel(type, isa), slow = dot_q8_kernel_scalar(type);
       ASSERT_NE(fast, nullptr);
-      const auto bytes = quantized(type, random_vector(n, 41, 0.05f), n);
+      const auto bytes = quantized(type, gaussian_vector(n, 41, 0.05f), n);
       for (int n_tok = 1; n_tok <= kDotQ8MaxTokens; ++n_tok) {
         SCOPED_TRACE(std::string(isa_name(isa)) + " " + dtype_name(type) + " n_tok=" + std::to_string(n_tok));
         std::vector<BlockQ8A> xq(static_cast<size_t>(n_tok) * nb);
         for (int t = 0; t < n_tok; ++t) {
-          const auto x = random_vector(n, 50 + static_cast<uint32_t>(t), t == 2 ? 30.0f : 1.0f);
+          const auto x = gaussian_vector(n, 50 + static_cast<uint32_t>(t), t == 2 ? 30.0f : 1.0f);
           quantize_activations_q8a(x.data(), xq.data() + t * nb, n);
         }
         std::vector<float> got(static_cast<size_t>(n_tok) * 3, -1.f), want(got.size(), -1.f);
@@ -142,7 +142,7 @@ void check_packed_gemm(const WeightMatrix& m, const KernelUnderTest& under_test)
                  " n_tok=" + std::to_string(n_tok));
     std::vector<BlockQ8A> xq(static_cast<size_t>(n_tok) * nb);
     for (int t = 0; t < n_tok; ++t)
-      quantize_activations_q8a(random_vector(n_in, 80 + static_cast<uint32_t>(t)).data(), xq.data() + t * nb, n_in);
+      quantize_activations_q8a(gaussian_vector(n_in, 80 + static_cast<uint32_t>(t)).data(), xq.data() + t * nb, n_in);
     // The reference over the packed bytes must agree with the row-dot reference over the file's bytes...
     std::vector<float> want(n_out * n_tok), rows(n_out * n_tok);
     packed_gemm_reference(layout)(packed->view(), xq.data(), n_tok, want.data(), n_out, 0, packed->n_groups());
@@ -176,7 +176,7 @@ void check_packed_gemm(const WeightMatrix& m, const KernelUnderTest& under_test)
 TEST(Kernels, PackedGemmMatchesReferenceOnEveryIsa) {
   const size_t n_in = 512, n_out = 48;
   for (DType type : kBlockTypes) {
-    const auto bytes = quantized(type, random_vector(n_in * n_out, 70, 0.05f), n_in);
+    const auto bytes = quantized(type, gaussian_vector(n_in * n_out, 70, 0.05f), n_in);
     const WeightMatrix m{type, static_cast<int64_t>(n_in), static_cast<int64_t>(n_out), bytes.data(), row_bytes(type, n_in)};
     for (Isa isa : runnable_isas()) {
       if (!PackedMatrix::supports(type, n_in, n_out, isa)) continue;
@@ -204,7 +204,7 @@ TEST(Kernels, PackedBf16GemmMatchesReference) {
   const size_t n_in = 256, n_out = 48;
   for (DType type : {DType::F16, DType::BF16}) {
     SCOPED_TRACE(dtype_name(type));
-    const auto bytes = quantized(type, random_vector(n_in * n_out, 90, 0.05f), n_in);
+    const auto bytes = quantized(type, gaussian_vector(n_in * n_out, 90, 0.05f), n_in);
     const WeightMatrix m{type, static_cast<int64_t>(n_in), static_cast<int64_t>(n_out), bytes.data(), row_bytes(type, n_in)};
     const auto packed = PackedMatrix::pack(m, Isa::Avx512);
     ASSERT_TRUE(packed.has_value());
@@ -213,7 +213,7 @@ TEST(Kernels, PackedBf16GemmMatchesReference) {
     }
     if (packed->layout != PackedLayout::BF16x16) continue;  // the CPU lacks AVX-512 BF16: the Fma16 layouts
     for (int n_tok : {1, 5, 9}) {
-      const auto x = random_vector(n_in * n_tok, 91);
+      const auto x = gaussian_vector(n_in * n_tok, 91);
       std::vector<uint16_t> xb(x.size());
       for (size_t i = 0; i < x.size(); ++i) xb[i] = fp32_to_bf16(x[i]);
       std::vector<float> want(n_out * n_tok), got(want.size());
@@ -243,7 +243,7 @@ TEST(Kernels, PackedBf16GemmMatchesReference) {
 TEST(Kernels, PackedFloatGemmMatchesReferenceOnEveryIsa) {
   const size_t n_in = 1024, n_out = 48;
   for (DType type : {DType::F16, DType::BF16, DType::F32, DType::S24_F16}) {
-    const auto bytes = quantized(type, random_vector(n_in * n_out, 92, 0.05f), n_in);
+    const auto bytes = quantized(type, gaussian_vector(n_in * n_out, 92, 0.05f), n_in);
     const WeightMatrix m{type, static_cast<int64_t>(n_in), static_cast<int64_t>(n_out), bytes.data(), row_bytes(type, n_in)};
     const auto packed = PackedMatrix::pack(m, Isa::Avx2);
     ASSERT_TRUE(packed.has_value());
@@ -255,7 +255,7 @@ TEST(Kernels, PackedFloatGemmMatchesReferenceOnEveryIsa) {
     // 100: more than one token block of the prefill loop; from 48 the 2:4 F16 lane tiles (AVX2), with the
     // tokens of a last tile of 12 or 4 by the other kernels, of 42 in lanes
     for (int n_tok : {1, 2, 3, 4, 6, 7, 13, 40, 48, 60, 90, 100}) {
-      const auto x = random_vector(n_in * static_cast<size_t>(n_tok), 93 + static_cast<uint32_t>(n_tok));
+      const auto x = gaussian_vector(n_in * static_cast<size_t>(n_tok), 93 + static_cast<uint32_t>(n_tok));
       std::vector<float> want(n_out * n_tok);
       reference(packed->view(), x.data(), n_tok, want.data(), n_out, 0, packed->n_groups());
       // The reference over packed bytes is the file's weights exactly.
@@ -290,7 +290,7 @@ TEST(Kernels, PackedFloatGemmMatchesReferenceOnEveryIsa) {
 TEST(Kernels, RmsnormMatchesReference) {
   ThreadPool pool(2);
   for (int n : {64, 2048, 5632}) {
-    const auto x = random_vector(3 * static_cast<size_t>(n), 94, 2.0f), weight = random_vector(static_cast<size_t>(n), 95);
+    const auto x = gaussian_vector(3 * static_cast<size_t>(n), 94, 2.0f), weight = gaussian_vector(static_cast<size_t>(n), 95);
     std::vector<float> got(x.size()), want(x.size());
     ops::rmsnorm(pool, x.data(), weight.data(), got.data(), 3, n, 1e-5f);
     ref::rmsnorm(x.data(), weight.data(), want.data(), 3, n, 1e-5f);
@@ -307,7 +307,7 @@ TEST(Kernels, RopeMatchesReference) {
   for (RopeStyle style : {RopeStyle::Interleaved, RopeStyle::NeoX})
     for (int n_rot : {64, 32})
       for (const float* ff : {static_cast<const float*>(nullptr), factors.data()}) {
-        const auto x = random_vector(positions.size() * n_heads * hd, 96);
+        const auto x = gaussian_vector(positions.size() * n_heads * hd, 96);
         std::vector<float> got = x, want = x;
         ops::rope(got.data(), ops::rope_table(positions, n_rot, 10000.0f, ff), n_heads, hd, style);
         ref::rope(want.data(), positions, n_heads, hd, n_rot, 10000.0f, style, ff);
@@ -322,7 +322,7 @@ TEST(Kernels, RopeMatchesReference) {
 }
 
 TEST(Kernels, ActivationQuantizationRoundTrips) {
-  const auto x = random_vector(256, 60, 3.0f);
+  const auto x = gaussian_vector(256, 60, 3.0f);
   std::vector<BlockQ8A> q(8);
   quantize_activations_q8a(x.data(), q.data(), x.size());
   for (size_t i = 0; i < x.size(); ++i) {
@@ -340,7 +340,7 @@ TEST(Kernels, ActivationQuantizationRoundTrips) {
 // Each ISA's quantizer gives the reference's blocks bit for bit, including halfway cases (ties to even),
 // zero blocks and blocks whose largest magnitude is negative.
 TEST(Kernels, ActivationQuantizationKernelsMatchReference) {
-  auto x = random_vector(32 * 12, 61, 2.0f);
+  auto x = gaussian_vector(32 * 12, 61, 2.0f);
   for (int i = 0; i < 32; ++i) x[i] = 0.0f;                       // an all-zero block
   for (int i = 0; i < 32; ++i) x[32 + i] = i == 0 ? 127.0f : (i - 16) + 0.5f;  // scale 1: exact ties
   for (int i = 0; i < 32; ++i) x[64 + i] = i == 5 ? -12.7f : 0.05f * i;
@@ -365,7 +365,7 @@ TEST(Kernels, NormalisingQuantizerMatchesRmsnormThenQuantize) {
   for (size_t n : {size_t{32}, size_t{256}, size_t{2048}, size_t{5632}}) {
     for (float magnitude : {0.0f, 1e-3f, 1.0f, 300.0f}) {
       SCOPED_TRACE("n=" + std::to_string(n) + " magnitude " + std::to_string(magnitude));
-      const auto x = random_vector(n, 62, magnitude), weight = random_vector(n, 63, 0.5f);
+      const auto x = gaussian_vector(n, 62, magnitude), weight = gaussian_vector(n, 63, 0.5f);
       std::vector<float> normed(n);
       ops::rmsnorm(x.data(), weight.data(), normed.data(), 1, static_cast<int>(n), 1e-6f);
       std::vector<BlockQ8A> want(n / 32);
@@ -388,7 +388,7 @@ TEST(Kernels, NormalisingQuantizerMatchesRmsnormThenQuantize) {
 // and lengths that end mid-vector.
 TEST(Kernels, SiluMulMatchesReference) {
   for (size_t n : {1u, 15u, 16u, 33u, 1000u}) {
-    auto gate = random_vector(n, 70, 4.0f), up = random_vector(n, 71);
+    auto gate = gaussian_vector(n, 70, 4.0f), up = gaussian_vector(n, 71);
     if (n > 4) gate[0] = 95.0f, gate[1] = -95.0f, gate[2] = 0.0f, gate[3] = -1e-8f;
     std::vector<float> want = gate;
     silu_mul_reference(want.data(), up.data(), n);
@@ -409,7 +409,7 @@ TEST(Kernels, MatmulAccumulateAddsTheProduct) {
   for (const auto& [n_in, n_out] : std::vector<std::pair<size_t, size_t>>{{256, 48}, {172, 37}})
   for (DType type : kTypes) {
     if (n_in % 32 != 0 && !plain_float(type)) continue;  // padded shapes: float weights only
-    const auto bytes = quantized(type, random_vector(n_in * n_out, 64, 0.05f), n_in);
+    const auto bytes = quantized(type, gaussian_vector(n_in * n_out, 64, 0.05f), n_in);
     WeightMatrix w{type, static_cast<int64_t>(n_in), static_cast<int64_t>(n_out), bytes.data(), row_bytes(type, n_in)};
     const auto packed = PackedMatrix::pack(w);
     for (bool use_packed : {false, true}) {
@@ -418,7 +418,7 @@ TEST(Kernels, MatmulAccumulateAddsTheProduct) {
       for (int n_tok : {1, 5, 12}) {
         SCOPED_TRACE(std::string(dtype_name(type)) + (use_packed ? " packed" : "") + " n_in=" + std::to_string(n_in) +
                      " n_tok=" + std::to_string(n_tok));
-        const auto x = random_vector(n_in * n_tok, 65), before = random_vector(n_out * n_tok, 66);
+        const auto x = gaussian_vector(n_in * n_tok, 65), before = gaussian_vector(n_out * n_tok, 66);
         std::vector<float> product(before.size()), want = before, got = before;
         ops::matmul(pool, w, x.data(), product.data(), n_tok);
         ops::add(want.data(), product.data(), want.size());
@@ -439,7 +439,7 @@ TEST(Kernels, MatmulMatchesReference) {
     for (const size_t n_in : {512, 172}) {
       if (n_in % 32 != 0 && !plain_float(type)) continue;  // other types: whole blocks only
       const size_t n_out = 70;
-      const auto bytes = quantized(type, random_vector(n_in * n_out, 11, 0.05f), n_in);
+      const auto bytes = quantized(type, gaussian_vector(n_in * n_out, 11, 0.05f), n_in);
       WeightMatrix m{type, static_cast<int64_t>(n_in), static_cast<int64_t>(n_out), bytes.data(), row_bytes(type, n_in)};
       const auto packed = PackedMatrix::pack(m);
       if (plain_float(type)) {
@@ -452,7 +452,7 @@ TEST(Kernels, MatmulMatchesReference) {
         for (int n_tok : {1, 3, 9, 33}) {
           SCOPED_TRACE(std::string(dtype_name(type)) + (use_packed ? " packed" : "") + " n_in=" + std::to_string(n_in) +
                        " n_tok=" + std::to_string(n_tok));
-          const auto x = random_vector(n_in * n_tok, 12);
+          const auto x = gaussian_vector(n_in * n_tok, 12);
           std::vector<float> got(n_out * n_tok), want(n_out * n_tok);
           ops::matmul(pool, m, x.data(), got.data(), n_tok);
           ref::matmul(m, x.data(), want.data(), n_tok);
@@ -480,8 +480,8 @@ TEST(Kernels, MatmulSwigluMatchesProjectionsThenActivation) {
   const Pair pairs[] = {{DType::Q4_0, DType::Q4_0, true}, {DType::Q4_K, DType::Q6_K, true}, {DType::Q8_0, DType::Q8_0, true},
                         {DType::F32, DType::F32, true}, {DType::F32, DType::F32, false}};
   for (const auto& [gate_type, up_type, use_packed] : pairs) {
-    const auto gate_bytes = quantized(gate_type, random_vector(n_in * n_ff, 90, 0.05f), n_in);
-    const auto up_bytes = quantized(up_type, random_vector(n_in * n_ff, 91, 0.05f), n_in);
+    const auto gate_bytes = quantized(gate_type, gaussian_vector(n_in * n_ff, 90, 0.05f), n_in);
+    const auto up_bytes = quantized(up_type, gaussian_vector(n_in * n_ff, 91, 0.05f), n_in);
     WeightMatrix gate{gate_type, static_cast<int64_t>(n_in), static_cast<int64_t>(n_ff), gate_bytes.data(),
                       row_bytes(gate_type, n_in)};
     WeightMatrix up{up_type, static_cast<int64_t>(n_in), static_cast<int64_t>(n_ff), up_bytes.data(),
@@ -491,7 +491,7 @@ TEST(Kernels, MatmulSwigluMatchesProjectionsThenActivation) {
     if (use_packed) gate.packed = &*gate_packed, up.packed = &*up_packed;
     for (int n_tok : {1, 5, 11}) {
       SCOPED_TRACE(std::string(dtype_name(gate_type)) + "/" + dtype_name(up_type) + " n_tok=" + std::to_string(n_tok));
-      const auto x = random_vector(n_in * n_tok, 92);
+      const auto x = gaussian_vector(n_in * n_tok, 92);
       std::vector<float> want(n_ff * n_tok), want_up(n_ff * n_tok), got(n_ff * n_tok, -7.f), got_up(n_ff * n_tok);
       ops::matmul(pool, gate, x.data(), want.data(), n_tok);
       ops::matmul(pool, up, x.data(), want_up.data(), n_tok);
@@ -508,17 +508,17 @@ TEST(Kernels, MatmulSwigluMatchesProjectionsThenActivation) {
 TEST(Kernels, NormalisedMatmulInputEqualsRmsnormThenMatmul) {
   ThreadPool pool(2);
   const size_t n_in = 256, n_out = 64;
-  const auto norm_weight = random_vector(n_in, 93);
+  const auto norm_weight = gaussian_vector(n_in, 93);
   for (DType type : {DType::Q4_K, DType::Q8_0, DType::F16, DType::F32}) {
-    const auto bytes_a = quantized(type, random_vector(n_in * n_out, 94, 0.05f), n_in);
-    const auto bytes_b = quantized(type, random_vector(n_in * n_out, 95, 0.05f), n_in);
+    const auto bytes_a = quantized(type, gaussian_vector(n_in * n_out, 94, 0.05f), n_in);
+    const auto bytes_b = quantized(type, gaussian_vector(n_in * n_out, 95, 0.05f), n_in);
     WeightMatrix a{type, static_cast<int64_t>(n_in), static_cast<int64_t>(n_out), bytes_a.data(), row_bytes(type, n_in)};
     WeightMatrix b{type, static_cast<int64_t>(n_in), static_cast<int64_t>(n_out), bytes_b.data(), row_bytes(type, n_in)};
     const auto packed_a = PackedMatrix::pack(a), packed_b = PackedMatrix::pack(b);
     if (packed_a) a.packed = &*packed_a, b.packed = &*packed_b;
     for (int n_tok : {1, 3, 12}) {
       SCOPED_TRACE(std::string(dtype_name(type)) + " n_tok=" + std::to_string(n_tok));
-      const auto x = random_vector(n_in * n_tok, 96, 3.0f);
+      const auto x = gaussian_vector(n_in * n_tok, 96, 3.0f);
       std::vector<float> h(x.size());
       ops::rmsnorm(x.data(), norm_weight.data(), h.data(), n_tok, static_cast<int>(n_in), 1e-5f);
       const ops::MatmulInput normed{x.data(), norm_weight.data(), 1e-5f};
@@ -544,7 +544,7 @@ TEST(Kernels, KvStoreWithRopeEqualsRopeThenStore) {
   const std::vector<int32_t> table = {1, 0};
   const int32_t* tables[n_tok] = {table.data(), table.data(), table.data()};
   const AttentionRows rows{positions, tables};
-  const auto k = random_vector(static_cast<size_t>(n_tok) * n_kv * hd, 97), v = random_vector(k.size(), 98);
+  const auto k = gaussian_vector(static_cast<size_t>(n_tok) * n_kv * hd, 97), v = gaussian_vector(k.size(), 98);
   const ops::RopeTable rope = ops::rope_table(positions, hd, 10000.0f);
   for (RopeStyle style : {RopeStyle::Interleaved, RopeStyle::NeoX}) {
     std::vector<float> fused_k(static_cast<size_t>(n_blocks) * n_kv * bs * hd), fused_v(fused_k.size());
@@ -585,8 +585,8 @@ TEST(Kernels, AttentionStoringRowsEqualsStoreThenAttend) {
       fill_pages(first, 24, 25);  // earlier keys of every sequence, the same in both caches
       fill_pages(inside, 24, 25);
       const AttentionRows rows{batch.positions, batch.tables};
-      const auto q = random_vector(static_cast<size_t>(n_tok) * n_heads * hd, 26, 0.3f);
-      const auto k = random_vector(static_cast<size_t>(n_tok) * n_kv * hd, 27), v = random_vector(k.size(), 28);
+      const auto q = gaussian_vector(static_cast<size_t>(n_tok) * n_heads * hd, 26, 0.3f);
+      const auto k = gaussian_vector(static_cast<size_t>(n_tok) * n_kv * hd, 27), v = gaussian_vector(k.size(), 28);
       const ops::RopeTable rope = ops::rope_table(batch.positions, hd, 10000.0f);
       std::vector<float> want(q.size()), got(q.size());
       ops::kv_store(first, rows, ops::KvWrite{k.data(), v.data(), &rope, RopeStyle::NeoX}, n_tok);
@@ -633,7 +633,7 @@ TEST(Kernels, PagedAttentionMatchesFullSoftmax) {
     }
     const AttentionRows rows{positions, tables};
     const int n_tok = static_cast<int>(positions.size());
-    const auto q = random_vector(static_cast<size_t>(n_tok) * n_heads * hd, 23, 0.3f);
+    const auto q = gaussian_vector(static_cast<size_t>(n_tok) * n_heads * hd, 23, 0.3f);
     std::vector<float> want(q.size());
     ref::attention(q.data(), kv, rows, want.data(), n_tok, n_heads, 0.125f);
     // BF16 pages (with AVX-512 BF16) also round the probabilities to BF16 for the value products.
@@ -645,14 +645,14 @@ TEST(Kernels, LatentAttentionWithValueInsideKeyRows) {
   // MLA layout: one cached row per token of k_dim floats whose first v_dim floats are the value.
   ThreadPool pool(2);
   const int n_heads = 4, k_dim = 80, v_dim = 64, bs = 16, n_blocks = 3;
-  std::vector<float> k = random_vector(static_cast<size_t>(n_blocks) * bs * k_dim, 31);
+  std::vector<float> k = gaussian_vector(static_cast<size_t>(n_blocks) * bs * k_dim, 31);
   KvLayerView kv{k.data(), k.data(), KvType::F32, false, bs, 1, k_dim, v_dim, k_dim, n_blocks};
   const std::vector<int32_t> table = {2, 0, 1};
   const std::vector<int32_t> positions = {0, 15, 16, 40};
   const std::vector<const int32_t*> tables(positions.size(), table.data());
   const AttentionRows rows{positions, tables};
   const int n_tok = static_cast<int>(positions.size());
-  const auto q = random_vector(static_cast<size_t>(n_tok) * n_heads * k_dim, 32, 0.2f);
+  const auto q = gaussian_vector(static_cast<size_t>(n_tok) * n_heads * k_dim, 32, 0.2f);
   std::vector<float> got(static_cast<size_t>(n_tok) * n_heads * v_dim), want(got.size());
   ops::attention_paged(pool, q.data(), kv, rows, got.data(), n_tok, n_heads, 0.125f);
   ref::attention(q.data(), kv, rows, want.data(), n_tok, n_heads, 0.125f);

@@ -20,7 +20,7 @@ namespace {
 using test::kBlockTypes;
 using test::quantized;
 
-std::vector<float> random_vector(size_t n, uint32_t seed, float scale = 1.0f) { return test::gaussian_vector(n, seed, scale); }
+using test::gaussian_vector;
 
 // FP8 E4M3: every finite code decodes and encodes back to itself; encoding picks the nearest code (ties to
 // an even mantissa) and saturates at 448; the F16 widening the vector kernels use is exact.
@@ -57,7 +57,7 @@ TEST(Quantize, Fp8E4M3Codes) {
 
 TEST(Quantize, RoundTripErrorWithinFormatBounds) {
   const size_t n = 4096;
-  const auto x = random_vector(n, 5, 1.0f);
+  const auto x = gaussian_vector(n, 5, 1.0f);
   // Relative RMS error bounds for Gaussian data, generous versions of the formats' typical figures.
   const std::pair<DType, double> bounds[] = {{DType::F32, 0},      {DType::F16, 1e-3},  {DType::BF16, 5e-3},
                                              {DType::Q8_0, 0.01},  {DType::Q4_0, 0.15}, {DType::Q4_1, 0.15},
@@ -168,7 +168,7 @@ TEST(Quantize, BlockCodesRoundTripOnTheGrid) {
     if (!has_block_grid(type)) continue;  // the 2:4 types: a Q8_0 / Q4_0 block and positions
     SCOPED_TRACE(dtype_name(type));
     const auto& traits = dtype_traits(type);
-    const auto x = random_vector(traits.block_elems, 17);
+    const auto x = gaussian_vector(traits.block_elems, 17);
     std::vector<uint8_t> block(traits.block_bytes);
     quantize_row(type, x.data(), block.data(), traits.block_elems);
     const BlockGrid grid = block_grid(type, block.data());
