@@ -31,7 +31,7 @@ Status add_embedding_importance(const GgufFile& file, ImportanceMatrix& m) {
   ImportanceMatrix::Entry& e = m.tensors[embedding];
   e.n_in = n_embd;
   e.n_slices = 1;
-  e.tokens = {1};
+  e.tokens = {1};  // derived from the weights, not measured: one nominal row (only written files read it)
   e.mean_square.resize(sums.size());
   for (size_t j = 0; j < sums.size(); ++j) e.mean_square[j] = static_cast<float>(sums[j] / norms);
   return Status{};
