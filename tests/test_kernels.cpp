@@ -2,6 +2,7 @@
 // runs; and the reference quantizers against the formats' error bounds.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <random>
 
 #include "compute/cpu/attention.h"
@@ -130,8 +131,12 @@ std::vector<KernelUnderTest> kernels_run_by(const WeightMatrix& m, Isa isa) {
   return out;
 }
 
+// Token t's activations of n_in inputs.
+using ActivationsOf = std::function<std::vector<float>(size_t n_in, int t)>;
+std::vector<float> gaussian_activations(size_t n_in, int t) { return gaussian_vector(n_in, 80 + static_cast<uint32_t>(t)); }
+
 // Layout `layout` of m against the references, run by `kernel`.
-void check_packed_gemm(const WeightMatrix& m, const KernelUnderTest& under_test) {
+void check_packed_gemm(const WeightMatrix& m, const KernelUnderTest& under_test, const ActivationsOf& activations = gaussian_activations) {
   const PackedLayout layout = under_test.layout;
   const PackedGemmFn kernel = under_test.kernel;
   const size_t n_in = static_cast<size_t>(m.n_in), n_out = static_cast<size_t>(m.n_out), nb = n_in / 32;
@@ -142,7 +147,7 @@ void check_packed_gemm(const WeightMatrix& m, const KernelUnderTest& under_test)
                  " n_tok=" + std::to_string(n_tok));
     std::vector<BlockQ8A> xq(static_cast<size_t>(n_tok) * nb);
     for (int t = 0; t < n_tok; ++t)
-      quantize_activations_q8a(gaussian_vector(n_in, 80 + static_cast<uint32_t>(t)).data(), xq.data() + t * nb, n_in);
+      quantize_activations_q8a(activations(n_in, t).data(), xq.data() + t * nb, n_in);
     // The reference over the packed bytes must agree with the row-dot reference over the file's bytes...
     std::vector<float> want(n_out * n_tok), rows(n_out * n_tok);
     packed_gemm_reference(layout)(packed->view(), xq.data(), n_tok, want.data(), n_out, 0, packed->n_groups());
@@ -181,6 +186,28 @@ TEST(Kernels, PackedGemmMatchesReferenceOnEveryIsa) {
     for (Isa isa : runnable_isas()) {
       if (!PackedMatrix::supports(type, n_in, n_out, isa)) continue;
       for (const KernelUnderTest& k : kernels_run_by(m, isa)) check_packed_gemm(m, k);
+    }
+  }
+}
+
+// The kernels' integer partial sums at their largest: every weight s (+-1) but one in 16 at -8/7 s, so the
+// symmetric formats map that one to their most negative code and the others to their top code, and the
+// formats with a minimum map s to their top code (s = 1) or bottom one (s = -1); every activation of a token
+// +-1 (all its codes +-127). An int16 sum that overflows, or a product that saturates, shows as a wrong result.
+TEST(Kernels, PackedGemmHoldsAtTheCodesExtremes) {
+  const size_t n_in = 512, n_out = 48;
+  for (float sign : {1.0f, -1.0f}) {
+    std::vector<float> w(n_in * n_out);
+    for (size_t i = 0; i < w.size(); ++i) w[i] = i % 16 == 5 ? -sign * 8.0f / 7.0f : sign;
+    const ActivationsOf plus_minus_one = [](size_t n, int t) { return std::vector<float>(n, t % 2 ? -1.0f : 1.0f); };
+    for (DType type : kBlockTypes) {
+      SCOPED_TRACE(std::string(dtype_name(type)) + (sign > 0 ? " positive" : " negative") + " weights");
+      const auto bytes = quantized(type, w, n_in);
+      const WeightMatrix m{type, static_cast<int64_t>(n_in), static_cast<int64_t>(n_out), bytes.data(), row_bytes(type, n_in)};
+      for (Isa isa : runnable_isas()) {
+        if (!PackedMatrix::supports(type, n_in, n_out, isa)) continue;
+        for (const KernelUnderTest& k : kernels_run_by(m, isa)) check_packed_gemm(m, k, plus_minus_one);
+      }
     }
   }
 }

@@ -59,16 +59,25 @@ inline void load_crumb_tile(const uint8_t* tile, const uint8_t* plane, int half,
   if (plane) add_high_bits<2>(q, load256(plane + 32 * half));
 }
 
-// int32 sums per row lane over the two 16-input halves of a 32-input block (k-groups 0..3 and 4..7) of codes
-// below 8 (4 x 2 x 7 x 127 < 2^15 in int16).
-inline void dot_halves(const __m256i (&q)[8], const int32_t* x4, __m256i& s0, __m256i& s1) {
-  __m256i lo = maddubs(q[0], x4[0]), hi = maddubs(q[4], x4[4]);
+// int16 pair sums per row lane over the two 16-input halves of a 32-input block (k-groups 0..3 and 4..7)
+// of codes below 8 (4 x 2 x 7 x 127 < 2^15), for a madd to widen and scale per half.
+inline void pair_sums_halves(const __m256i (&q)[8], const int32_t* x4, __m256i& lo, __m256i& hi) {
+  lo = maddubs(q[0], x4[0]);
+  hi = maddubs(q[4], x4[4]);
   for (int k = 1; k < 4; ++k) {
     lo = _mm256_add_epi16(lo, maddubs(q[k], x4[k]));
     hi = _mm256_add_epi16(hi, maddubs(q[k + 4], x4[k + 4]));
   }
-  s0 = widen_pairs(lo);
-  s1 = widen_pairs(hi);
+}
+// Both int16 of each 32-bit lane set to the lane's low 16 bits: a per-row factor for madd.
+inline __m256i int16_pair(__m256i x) { return _mm256_blend_epi16(x, _mm256_slli_epi32(x, 16), 0xAA); }
+// Per 32-bit lane, the low int16 of `first` and the low int16 of `second` (as the lane's high int16).
+inline __m256i int16_lows(__m256i first, __m256i second) { return _mm256_blend_epi16(first, _mm256_slli_epi32(second, 16), 0xAA); }
+// Token x's two 16-input activation sums as the int16 pair of every 32-bit lane.
+inline __m256i activation_half_sums(const BlockQ8A& x) {
+  int32_t sums;
+  std::memcpy(&sums, x.sum16, 4);
+  return _mm256_set1_epi32(sums);
 }
 
 // The half's 8 rows of one 32-input nibble tile: q[k] = inputs 4k..4k+3 (plus bit 4 from `plane` when given).
@@ -402,10 +411,12 @@ void half_tile_q4_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_
 }
 
 // Q2_K: per 16-input sub-block, w = d * sc * q - dmin * m with q in 0..3 and the 4-bit sc, m of one byte.
+// The sub-block scales multiply the int16 pair sums in the madd that widens them, the mins meet the
+// activations' half sums in one madd, and d, dmin scale the super-block's sums once per token.
 template <int T>
 void half_tile_q2_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, int half, const uint8_t* after) {
   const size_t nxb = nb * 8;
-  const __m256i low4 = _mm256_set1_epi32(0xF);
+  const __m256i low4 = _mm256_set1_epi16(0xF);
   __m256 acc[T];
   KESTREL_UNROLL
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
@@ -413,31 +424,35 @@ void half_tile_q2_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_
   for (size_t b = 0; b < nb; ++b) {
     const uint8_t* blk = group + b * w.block_bytes;
     const StreamHalf ahead = two_pass_ahead(group, half, b, kPrefetchSuperBlocks, nb, w.block_bytes, after);
-    const __m256 d = load_8_halves(blk + 16 * half), dmin = load_8_halves(blk + 32 + 16 * half);
+    __m256 sb[T], sb_min[T];  // the super-block's sums times the activation scales, before d and dmin
+    KESTREL_UNROLL
+    for (int t = 0; t < T; ++t) sb[t] = sb_min[t] = _mm256_setzero_ps();
     for (int j = 0; j < 8; ++j) {
       prefetch_block_part(ahead.block, w.block_bytes, 8 * ahead.half + j, 16);
-      const auto raw = [&](int s) {  // the 8 rows' bytes of sub-block s
+      const auto raw = [&](int s) {  // the 8 rows' bytes of sub-block s, one per 32-bit lane
         return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 64 + 16 * s + 8 * half)));
       };
       const __m256i raw0 = raw(2 * j), raw1 = raw(2 * j + 1);
-      const __m256 sc0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_and_si256(raw0, low4)));
-      const __m256 sc1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_and_si256(raw1, low4)));
-      const __m256 m0 = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_srli_epi32(raw0, 4)));
-      const __m256 m1 = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_srli_epi32(raw1, 4)));
+      // int16 pairs per row: (sc, sc) of each sub-block, and (m of sub-block 2j, m of 2j + 1)
+      const __m256i sc0 = _mm256_and_si256(int16_pair(raw0), low4), sc1 = _mm256_and_si256(int16_pair(raw1), low4);
+      const __m256i mins = int16_lows(_mm256_srli_epi32(raw0, 4), _mm256_srli_epi32(raw1, 4));
       __m256i q[8];
       load_crumb_tile(blk + 320 + 128 * j, nullptr, half, q);
       KESTREL_UNROLL
       for (int t = 0; t < T; ++t) {
         const BlockQ8A& xb = xq[static_cast<size_t>(t) * nxb + b * 8 + j];
-        __m256i s0, s1;
-        dot_halves(q, reinterpret_cast<const int32_t*>(xb.qs), s0, s1);
+        __m256i lo, hi;
+        pair_sums_halves(q, reinterpret_cast<const int32_t*>(xb.qs), lo, hi);
+        const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(lo, sc0), _mm256_madd_epi16(hi, sc1));
+        const __m256i m = _mm256_madd_epi16(mins, activation_half_sums(xb));
         const __m256 dx = _mm256_set1_ps(xb.d);
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_mul_ps(sc0, dx), acc[t]);
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_mul_ps(sc1, dx), acc[t]);
-        acc[t] = _mm256_fnmadd_ps(m0, _mm256_set1_ps(xb.d * static_cast<float>(xb.sum16[0])), acc[t]);
-        acc[t] = _mm256_fnmadd_ps(m1, _mm256_set1_ps(xb.d * static_cast<float>(xb.sum16[1])), acc[t]);
+        sb[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), dx, sb[t]);
+        sb_min[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m), dx, sb_min[t]);
       }
     }
+    const __m256 d = load_8_halves(blk + 16 * half), dmin = load_8_halves(blk + 32 + 16 * half);
+    KESTREL_UNROLL
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_fmadd_ps(d, sb[t], _mm256_fnmadd_ps(dmin, sb_min[t], acc[t]));
   }
   KESTREL_UNROLL
   for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16 + 8 * half, acc[t]);
@@ -462,7 +477,8 @@ inline void q3_k_scales_x8(const uint8_t* scales, int half, int8_t (*out)[8]) {
   store(12, _mm256_and_si256(_mm256_srli_epi16(b, 4), low4));
 }
 
-// Q3_K: per 16-input sub-block, w = d * sc * (q - 4) with q in 0..7.
+// Q3_K: per 16-input sub-block, w = d * sc * (q - 4) with q in 0..7. As Q2_K, the scales multiply in the
+// widening madd, and -4 sc (the codes' offset) meets the activations' half sums in one madd.
 template <int T>
 void half_tile_q3_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, int half, const uint8_t* after) {
   const size_t nxb = nb * 8;
@@ -475,26 +491,34 @@ void half_tile_q3_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_
     const StreamHalf ahead = two_pass_ahead(group, half, b, kPrefetchSuperBlocks, nb, w.block_bytes, after);
     alignas(32) int8_t scales[16][8];  // [sub-block][row]
     q3_k_scales_x8(blk + 32, half, scales);
-    const __m256 d = load_8_halves(blk + 16 * half);
+    __m256 sb[T];  // the super-block's sums times the activation scales, before d
+    KESTREL_UNROLL
+    for (int t = 0; t < T; ++t) sb[t] = _mm256_setzero_ps();
     for (int j = 0; j < 8; ++j) {
       prefetch_block_part(ahead.block, w.block_bytes, 8 * ahead.half + j, 16);
-      const __m256 sc0 = _mm256_mul_ps(d, i8x8_to_ps(reinterpret_cast<const uint8_t*>(scales[2 * j])));
-      const __m256 sc1 = _mm256_mul_ps(d, i8x8_to_ps(reinterpret_cast<const uint8_t*>(scales[2 * j + 1])));
+      const auto scale = [&](int s) {  // the 8 rows' scales of sub-block s, one per 32-bit lane
+        return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales[s])));
+      };
+      const __m256i raw0 = scale(2 * j), raw1 = scale(2 * j + 1);
+      // int16 pairs per row: (sc, sc) of each sub-block, and -4 x (sc of sub-block 2j, sc of 2j + 1)
+      const __m256i sc0 = int16_pair(raw0), sc1 = int16_pair(raw1);
+      const __m256i offsets = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(int16_lows(raw0, raw1), 2));
       __m256i q[8];
       const uint8_t* tile = blk + 224 + 192 * j;
       load_crumb_tile(tile, tile + 128, half, q);
       KESTREL_UNROLL
       for (int t = 0; t < T; ++t) {
         const BlockQ8A& xb = xq[static_cast<size_t>(t) * nxb + b * 8 + j];
-        __m256i s0, s1;
-        dot_halves(q, reinterpret_cast<const int32_t*>(xb.qs), s0, s1);
-        s0 = _mm256_add_epi32(s0, _mm256_set1_epi32(-4 * xb.sum16[0]));
-        s1 = _mm256_add_epi32(s1, _mm256_set1_epi32(-4 * xb.sum16[1]));
-        const __m256 dx = _mm256_set1_ps(xb.d);
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_mul_ps(sc0, dx), acc[t]);
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_mul_ps(sc1, dx), acc[t]);
+        __m256i lo, hi;
+        pair_sums_halves(q, reinterpret_cast<const int32_t*>(xb.qs), lo, hi);
+        const __m256i s = _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(lo, sc0), _mm256_madd_epi16(hi, sc1)),
+                                           _mm256_madd_epi16(offsets, activation_half_sums(xb)));
+        sb[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(xb.d), sb[t]);
       }
     }
+    const __m256 d = load_8_halves(blk + 16 * half);
+    KESTREL_UNROLL
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_fmadd_ps(d, sb[t], acc[t]);
   }
   KESTREL_UNROLL
   for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16 + 8 * half, acc[t]);

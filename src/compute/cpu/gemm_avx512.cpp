@@ -175,38 +175,57 @@ inline void dot_halves(const __m512i (&q)[8], const BlockQ8A& xb, __m512i& s0, _
   }
 }
 
+// Per 32-bit lane, the low int16 of `first` and the low int16 of `second` (as the lane's high int16).
+inline __m512i int16_lows(__m512i first, __m512i second) {
+  return _mm512_mask_blend_epi16(0xAAAAAAAA, first, _mm512_slli_epi32(second, 16));
+}
+// Token x's two 16-input activation sums as the int16 pair of every 32-bit lane.
+inline __m512i activation_half_sums(const BlockQ8A& x) {
+  int32_t sums;
+  std::memcpy(&sums, x.sum16, 4);
+  return _mm512_set1_epi32(sums);
+}
+
+// dot_halves from zero as the int16 pair of each row's lane (low: the first half), for one madd to apply both
+// sub-blocks' scales; codes below 8 (16 x 7 x 127 fits int16).
+inline __m512i half_dot_pairs(const __m512i (&q)[8], const BlockQ8A& xb) {
+  __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+  dot_halves(q, xb, s0, s1);
+  return int16_lows(s0, s1);
+}
+
 // Q2_K: per 16-input sub-block, w = d * sc * q - dmin * m with q in 0..3 and the 4-bit sc, m of one byte.
+// One madd applies a 32-input block's two sub-block scales (half_dot_pairs), the mins meet the
+// activations' half sums in another, and d and dmin scale the super-block's sums once per token.
 template <int T>
 void tile_q2_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, const uint8_t* after) {
   const size_t nxb = nb * 8;
-  const __m512i low4 = _mm512_set1_epi32(0xF);
+  const __m512i low4 = _mm512_set1_epi16(0xF);
   __m512 acc[T];
   KESTREL_UNROLL
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (size_t b = 0; b < nb; ++b) {
     const uint8_t* blk = w.data + (static_cast<size_t>(g) * nb + b) * w.block_bytes;
     const uint8_t* ahead = block_ahead(blk, b, kPrefetchSuperBlocks, nb, w.block_bytes, after);
-    __m512 sb[T], sb_min[T];  // the super-block's sums, scaled by d and dmin once at the end
+    __m512 sb[T], sb_min[T];  // the super-block's sums times the activation scales, before d and dmin
     KESTREL_UNROLL
     for (int t = 0; t < T; ++t) sb[t] = sb_min[t] = _mm512_setzero_ps();
     for (int j = 0; j < 8; ++j) {
       prefetch_superblock_part(ahead, w.block_bytes, j);
       const __m512i raw0 = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 64 + 32 * j)));
       const __m512i raw1 = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 80 + 32 * j)));
-      const __m512 sc0 = _mm512_cvtepi32_ps(_mm512_and_si512(raw0, low4)), sc1 = _mm512_cvtepi32_ps(_mm512_and_si512(raw1, low4));
-      const __m512 m0 = _mm512_cvtepi32_ps(_mm512_srli_epi32(raw0, 4)), m1 = _mm512_cvtepi32_ps(_mm512_srli_epi32(raw1, 4));
+      const __m512i bytes = int16_lows(raw0, raw1);  // per row: (byte of sub-block 2j, byte of 2j + 1)
+      const __m512i scales = _mm512_and_si512(bytes, low4), mins = _mm512_srli_epi16(bytes, 4);
       __m512i q[8];
       load_crumb_tile(blk + 320 + 128 * j, nullptr, q);
       KESTREL_UNROLL
       for (int t = 0; t < T; ++t) {
         const BlockQ8A& xb = xq[static_cast<size_t>(t) * nxb + b * 8 + j];
-        __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
-        dot_halves(q, xb, s0, s1);
+        const __m512i s = _mm512_madd_epi16(half_dot_pairs(q, xb), scales);
+        const __m512i m = _mm512_madd_epi16(mins, activation_half_sums(xb));
         const __m512 dx = _mm512_set1_ps(xb.d);
-        sb[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(sc0, dx), sb[t]);
-        sb[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(sc1, dx), sb[t]);
-        sb_min[t] = _mm512_fmadd_ps(m0, _mm512_set1_ps(xb.d * static_cast<float>(xb.sum16[0])), sb_min[t]);
-        sb_min[t] = _mm512_fmadd_ps(m1, _mm512_set1_ps(xb.d * static_cast<float>(xb.sum16[1])), sb_min[t]);
+        sb[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dx, sb[t]);
+        sb_min[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), dx, sb_min[t]);
       }
     }
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
