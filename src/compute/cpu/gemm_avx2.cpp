@@ -69,8 +69,6 @@ inline void pair_sums_halves(const __m256i (&q)[8], const int32_t* x4, __m256i& 
     hi = _mm256_add_epi16(hi, maddubs(q[k + 4], x4[k + 4]));
   }
 }
-// Both int16 of each 32-bit lane set to the lane's low 16 bits: a per-row factor for madd.
-inline __m256i int16_pair(__m256i x) { return _mm256_blend_epi16(x, _mm256_slli_epi32(x, 16), 0xAA); }
 // Per 32-bit lane, the low int16 of `first` and the low int16 of `second` (as the lane's high int16).
 inline __m256i int16_lows(__m256i first, __m256i second) { return _mm256_blend_epi16(first, _mm256_slli_epi32(second, 16), 0xAA); }
 // Token x's two 16-input activation sums as the int16 pair of every 32-bit lane.
@@ -412,7 +410,7 @@ void half_tile_q4_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_
 
 // Q2_K: per 16-input sub-block, w = d * sc * q - dmin * m with q in 0..3 and the 4-bit sc, m of one byte.
 // The sub-block scales multiply the int16 pair sums in the madd that widens them, the mins meet the
-// activations' half sums in one madd, and d, dmin scale the super-block's sums once per token.
+// activations' half sums in one madd, and d and dmin scale each super-block's sums once per token.
 template <int T>
 void half_tile_q2_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, int half, const uint8_t* after) {
   const size_t nxb = nb * 8;
@@ -434,7 +432,7 @@ void half_tile_q2_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_
       };
       const __m256i raw0 = raw(2 * j), raw1 = raw(2 * j + 1);
       // int16 pairs per row: (sc, sc) of each sub-block, and (m of sub-block 2j, m of 2j + 1)
-      const __m256i sc0 = _mm256_and_si256(int16_pair(raw0), low4), sc1 = _mm256_and_si256(int16_pair(raw1), low4);
+      const __m256i sc0 = _mm256_and_si256(int16_lows(raw0, raw0), low4), sc1 = _mm256_and_si256(int16_lows(raw1, raw1), low4);
       const __m256i mins = int16_lows(_mm256_srli_epi32(raw0, 4), _mm256_srli_epi32(raw1, 4));
       __m256i q[8];
       load_crumb_tile(blk + 320 + 128 * j, nullptr, half, q);
@@ -501,7 +499,7 @@ void half_tile_q3_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_
       };
       const __m256i raw0 = scale(2 * j), raw1 = scale(2 * j + 1);
       // int16 pairs per row: (sc, sc) of each sub-block, and -4 x (sc of sub-block 2j, sc of 2j + 1)
-      const __m256i sc0 = int16_pair(raw0), sc1 = int16_pair(raw1);
+      const __m256i sc0 = int16_lows(raw0, raw0), sc1 = int16_lows(raw1, raw1);
       const __m256i offsets = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(int16_lows(raw0, raw1), 2));
       __m256i q[8];
       const uint8_t* tile = blk + 224 + 192 * j;
@@ -571,7 +569,7 @@ void half_tile_q6_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_
 
 // The tiles of each layout, for the shared driver (gemm_driver.h).
 struct Avx2Tiles {
-  static constexpr bool kAllLayouts = true;
+  static constexpr bool kSparse24 = true;
   static constexpr int kTokens = 4;  // tokens per register tile
   static constexpr int64_t kGroupChunk = 4;  // row groups whose weights stay in cache while token tiles pass
   template <PackedLayout L, int T>

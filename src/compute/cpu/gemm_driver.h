@@ -79,24 +79,24 @@ void sparse24_gemm(PackedView w, const BlockQ8A* xq, int n_tok, float* y, size_t
 }
 
 // The integer layouts' GEMMs of one ISA (nullptr for the float layouts, which have their own kernels, and
-// for the layouts past the first four where Tiles::kAllLayouts is false).
+// for the 2:4 integer layouts where Tiles::kSparse24 is false).
 template <class Tiles>
 PackedGemmFn packed_gemm_table(PackedLayout layout) {
   switch (layout) {
     case PackedLayout::Q4_0x16: return packed_gemm<Tiles, PackedLayout::Q4_0x16>;
     case PackedLayout::Q8_0x16: return packed_gemm<Tiles, PackedLayout::Q8_0x16>;
+    case PackedLayout::Q4_1x16: return packed_gemm<Tiles, PackedLayout::Q4_1x16>;
+    case PackedLayout::Q5_0x16: return packed_gemm<Tiles, PackedLayout::Q5_0x16>;
+    case PackedLayout::Q5_1x16: return packed_gemm<Tiles, PackedLayout::Q5_1x16>;
+    case PackedLayout::Q2_Kx16: return packed_gemm<Tiles, PackedLayout::Q2_Kx16>;
+    case PackedLayout::Q3_Kx16: return packed_gemm<Tiles, PackedLayout::Q3_Kx16>;
     case PackedLayout::Q4_Kx16: return packed_gemm<Tiles, PackedLayout::Q4_Kx16>;
+    case PackedLayout::Q5_Kx16: return packed_gemm<Tiles, PackedLayout::Q5_Kx16>;
     case PackedLayout::Q6_Kx16: return packed_gemm<Tiles, PackedLayout::Q6_Kx16>;
     default: break;
   }
-  if constexpr (Tiles::kAllLayouts) {
+  if constexpr (Tiles::kSparse24) {
     switch (layout) {
-      case PackedLayout::Q4_1x16: return packed_gemm<Tiles, PackedLayout::Q4_1x16>;
-      case PackedLayout::Q5_0x16: return packed_gemm<Tiles, PackedLayout::Q5_0x16>;
-      case PackedLayout::Q5_1x16: return packed_gemm<Tiles, PackedLayout::Q5_1x16>;
-      case PackedLayout::Q5_Kx16: return packed_gemm<Tiles, PackedLayout::Q5_Kx16>;
-      case PackedLayout::Q2_Kx16: return packed_gemm<Tiles, PackedLayout::Q2_Kx16>;
-      case PackedLayout::Q3_Kx16: return packed_gemm<Tiles, PackedLayout::Q3_Kx16>;
       case PackedLayout::S24_Q8x16: return sparse24_gemm<Tiles, PackedLayout::S24_Q8x16>;
       case PackedLayout::S24_Q4x16: return sparse24_gemm<Tiles, PackedLayout::S24_Q4x16>;
       default: break;

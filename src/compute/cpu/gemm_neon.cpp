@@ -1,8 +1,9 @@
 // Integer GEMM on 16-row packed weights with AArch64 NEON sdot: a 128-bit register holds 4 consecutive
 // inputs of 4 rows (a quarter of the layout's 64-byte vector), and vdotq_laneq_s32 multiplies it with one
 // 4-input group of a token's 8-bit activations, so 4 instructions cover 16 rows x 4 inputs. Each 32-input
-// block is unpacked once into signed bytes (Q8_0's +128 removed; 4- and 6-bit values as they are, their
-// offsets folded into the int32 start value as on x86) and every token of the tile reads it from L1.
+// block is unpacked once into signed bytes (Q8_0's +128 removed; 2- to 6-bit codes as they are, their
+// offsets folded into the int32 start value or a min term as on x86) and every token of the tile reads it
+// from L1. Every integer layout but the 2:4 ones (which run the row dots here).
 // Compiled with +dotprod and entered only after run-time detection; internal linkage throughout.
 #include <arm_neon.h>
 
@@ -36,6 +37,30 @@ inline void add_high_bits(const uint8_t* hi, BlockBytes& q) {
     for (int r = 0; r < 4; ++r) {
       const uint8x16_t bits = vandq_u8(vshlq_u8(vld1q_u8(hi + 64 * (k % 2) + 16 * r), vdupq_n_s8(static_cast<int8_t>(-2 * (k / 2)))), m2);
       q[4 * k + r] = vorrq_s8(q[4 * k + r], vreinterpretq_s8_u8(vshlq_n_u8(bits, 4)));
+    }
+}
+
+// Adds the top bit of each code from a high-bit plane (64 bytes, bit k of byte (row, j) = the top bit of
+// input 4k + j's code; packed_matrix.h): `top` (16 for 5-bit codes, 4 for 3-bit ones) where it is set.
+inline void add_plane_bits(const uint8_t* plane, uint8_t top, BlockBytes& q) {
+  const uint8x16_t add = vdupq_n_u8(top);
+  for (int r = 0; r < 4; ++r) {
+    const uint8x16_t bits = vld1q_u8(plane + 16 * r);
+    for (int k = 0; k < 8; ++k)
+      q[4 * k + r] = vreinterpretq_s8_u8(vorrq_u8(vreinterpretq_u8_s8(q[4 * k + r]), vandq_u8(vtstq_u8(bits, vdupq_n_u8(static_cast<uint8_t>(1 << k))), add)));
+  }
+}
+
+// A crumb tile (2 x 64 bytes): bits 2c of vector v's bytes are input group 4v + c's 2-bit codes.
+inline void unpack_crumbs(const uint8_t* tile, BlockBytes& q) {
+  const uint8x16_t m2 = vdupq_n_u8(3);
+  for (int v = 0; v < 2; ++v)
+    for (int r = 0; r < 4; ++r) {
+      const uint8x16_t packed = vld1q_u8(tile + 64 * v + 16 * r);
+      q[4 * (4 * v) + r] = vreinterpretq_s8_u8(vandq_u8(packed, m2));
+      q[4 * (4 * v + 1) + r] = vreinterpretq_s8_u8(vandq_u8(vshrq_n_u8(packed, 2), m2));
+      q[4 * (4 * v + 2) + r] = vreinterpretq_s8_u8(vandq_u8(vshrq_n_u8(packed, 4), m2));
+      q[4 * (4 * v + 3) + r] = vreinterpretq_s8_u8(vshrq_n_u8(packed, 6));
     }
 }
 
@@ -82,28 +107,37 @@ inline void store_rows(const PackedView& w, float* y, const float32x4_t* rows) {
   for (int r = 0; r < 4; ++r) vst1q_f32(y + 4 * r, w.accumulate ? vaddq_f32(vld1q_f32(y + 4 * r), rows[r]) : rows[r]);
 }
 
-// Q4_0 / Q8_0: one scale per row and block.
+// The 32-input layouts (Q4_0, Q8_0, Q4_1, Q5_0, Q5_1): one scale (and min) per row and block.
 template <PackedLayout L, int T>
 void tile_32(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, const uint8_t* after) {
+  constexpr bool kFiveBit = L == PackedLayout::Q5_0x16 || L == PackedLayout::Q5_1x16;
+  constexpr bool kMin = L == PackedLayout::Q4_1x16 || L == PackedLayout::Q5_1x16;  // fp16 m[16] after d[16]
+  constexpr size_t kTile = kMin ? 64 : 32;                                            // where the codes start
+  constexpr int kOffset = L == PackedLayout::Q4_0x16 ? 8 : L == PackedLayout::Q5_0x16 ? 16 : 0;  // stored code - weight's
   float32x4_t acc[4 * T];
   for (int i = 0; i < 4 * T; ++i) acc[i] = vdupq_n_f32(0);
   BlockBytes q;
   for (size_t b = 0; b < nb; ++b) {
     const uint8_t* blk = w.data + (static_cast<size_t>(g) * nb + b) * w.block_bytes;
     prefetch_block(block_ahead(blk, b, kPrefetchBlocks, nb, w.block_bytes, after), w.block_bytes);
-    float32x4_t d[4];
+    float32x4_t d[4], m[4];
     load_halves16(blk, d);
-    if constexpr (L == PackedLayout::Q4_0x16) {
-      unpack_nibbles(blk + 32, q);
-    } else {
+    if constexpr (kMin) load_halves16(blk + 32, m);
+    if constexpr (L == PackedLayout::Q8_0x16) {
       for (int i = 0; i < 32; ++i) q[i] = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(blk + 32 + 16 * i), vdupq_n_u8(0x80)));
+    } else {
+      unpack_nibbles(blk + kTile, q);
+      if constexpr (kFiveBit) add_plane_bits(blk + kTile + 256, 16, q);
     }
     KESTREL_UNROLL
     for (int t = 0; t < T; ++t) {
       const BlockQ8A& xb = xq[static_cast<size_t>(t) * nb + b];
       int32x4_t s[4];
-      block_sums(q, xb, vdupq_n_s32(L == PackedLayout::Q4_0x16 ? -8 * xb.sum() : 0), s);
-      for (int r = 0; r < 4; ++r) acc[4 * t + r] = vfmaq_f32(acc[4 * t + r], vcvtq_f32_s32(s[r]), vmulq_n_f32(d[r], xb.d));
+      block_sums(q, xb, vdupq_n_s32(-kOffset * xb.sum()), s);
+      for (int r = 0; r < 4; ++r) {
+        acc[4 * t + r] = vfmaq_f32(acc[4 * t + r], vcvtq_f32_s32(s[r]), vmulq_n_f32(d[r], xb.d));
+        if constexpr (kMin) acc[4 * t + r] = vfmaq_f32(acc[4 * t + r], m[r], vdupq_n_f32(xb.d * static_cast<float>(xb.sum())));
+      }
     }
   }
   KESTREL_UNROLL
@@ -111,8 +145,8 @@ void tile_32(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, i
 }
 
 // Q4_K: per 32-input sub-block j, w = d sc_j q - dmin m_j; scales and mins are 6-bit codes packed as in the
-// file (byte k of the 16 rows at scales + 16 k).
-template <int T>
+// file (byte k of the 16 rows at scales + 16 k). Q5_K: the same, with a high-bit plane per sub-block after.
+template <PackedLayout L, int T>
 void tile_q4_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, const uint8_t* after) {
   const size_t nxb = nb * 8;
   float32x4_t acc[4 * T];
@@ -140,6 +174,7 @@ void tile_q4_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
         min[r] = vmulq_f32(min[r], dmin[r]);
       }
       unpack_nibbles(blk + 256 + 256 * j, q);
+      if constexpr (L == PackedLayout::Q5_Kx16) add_plane_bits(blk + 2304 + 64 * j, 16, q);
       KESTREL_UNROLL
       for (int t = 0; t < T; ++t) {
         const BlockQ8A& xb = xq[static_cast<size_t>(t) * nxb + b * 8 + j];
@@ -200,15 +235,117 @@ void tile_q6_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
   for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16, acc + 4 * t);
 }
 
+// Q2_K: per 16-input sub-block, w = d sc q - dmin m with q in 0..3 and the 4-bit sc, m of one byte (the 16
+// rows' bytes of sub-block s at scales + 16 s).
+template <int T>
+void tile_q2_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, const uint8_t* after) {
+  const size_t nxb = nb * 8;
+  float32x4_t acc[4 * T];
+  for (int i = 0; i < 4 * T; ++i) acc[i] = vdupq_n_f32(0);
+  BlockBytes q;
+  for (size_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = w.data + (static_cast<size_t>(g) * nb + b) * w.block_bytes;
+    prefetch_block(block_ahead(blk, b, kPrefetchBlocks, nb, w.block_bytes, after), w.block_bytes);
+    float32x4_t d[4], dmin[4];
+    load_halves16(blk, d);
+    load_halves16(blk + 32, dmin);
+    for (int j = 0; j < 8; ++j) {
+      float32x4_t sc[2][4], mn[2][4];  // [sub-block 2j + h][rows 4r..4r+3], times d or dmin
+      for (int h = 0; h < 2; ++h) {
+        const uint8x16_t bytes = vld1q_u8(blk + 64 + 16 * (2 * j + h));
+        u8x16_to_f32(vandq_u8(bytes, vdupq_n_u8(0xF)), sc[h]);
+        u8x16_to_f32(vshrq_n_u8(bytes, 4), mn[h]);
+        for (int r = 0; r < 4; ++r) {
+          sc[h][r] = vmulq_f32(sc[h][r], d[r]);
+          mn[h][r] = vmulq_f32(mn[h][r], dmin[r]);
+        }
+      }
+      unpack_crumbs(blk + 320 + 128 * j, q);
+      KESTREL_UNROLL
+      for (int t = 0; t < T; ++t) {
+        const BlockQ8A& xb = xq[static_cast<size_t>(t) * nxb + b * 8 + j];
+        int32x4_t s0[4], s1[4];
+        for (int r = 0; r < 4; ++r) s0[r] = s1[r] = vdupq_n_s32(0);
+        dot_groups<0>(q, vld1q_s8(xb.qs), s0);
+        dot_groups<4>(q, vld1q_s8(xb.qs + 16), s1);
+        const float32x4_t xsum0 = vdupq_n_f32(xb.d * static_cast<float>(xb.sum16[0]));
+        const float32x4_t xsum1 = vdupq_n_f32(xb.d * static_cast<float>(xb.sum16[1]));
+        for (int r = 0; r < 4; ++r) {
+          float32x4_t a = acc[4 * t + r];
+          a = vfmaq_f32(a, vcvtq_f32_s32(s0[r]), vmulq_n_f32(sc[0][r], xb.d));
+          a = vfmaq_f32(a, vcvtq_f32_s32(s1[r]), vmulq_n_f32(sc[1][r], xb.d));
+          a = vfmsq_f32(a, mn[0][r], xsum0);
+          acc[4 * t + r] = vfmsq_f32(a, mn[1][r], xsum1);
+        }
+      }
+    }
+  }
+  KESTREL_UNROLL
+  for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16, acc + 4 * t);
+}
+
+// Q3_K: per 16-input sub-block, w = d (sc - 32) (q - 4) with q in 0..7, the 6-bit sc packed as in the file:
+// sub-block s's low 4 bits in byte s % 8 (low nibble for s < 8), its top 2 at bits 2 (s / 4) of byte
+// 8 + s % 4 (byte k of the 16 rows at scales + 16 k).
+template <int T>
+void tile_q3_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, const uint8_t* after) {
+  const size_t nxb = nb * 8;
+  float32x4_t acc[4 * T];
+  for (int i = 0; i < 4 * T; ++i) acc[i] = vdupq_n_f32(0);
+  BlockBytes q;
+  for (size_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = w.data + (static_cast<size_t>(g) * nb + b) * w.block_bytes;
+    prefetch_block(block_ahead(blk, b, kPrefetchBlocks, nb, w.block_bytes, after), w.block_bytes);
+    float32x4_t d[4];
+    load_halves16(blk, d);
+    uint8x16_t codes[12];
+    for (int k = 0; k < 12; ++k) codes[k] = vld1q_u8(blk + 32 + 16 * k);
+    for (int j = 0; j < 8; ++j) {
+      float32x4_t sc[2][4];  // [sub-block 2j + h][rows 4r..4r+3], times d
+      for (int h = 0; h < 2; ++h) {
+        const int sub = 2 * j + h;
+        const uint8x16_t low = sub < 8 ? vandq_u8(codes[sub % 8], vdupq_n_u8(0xF)) : vshrq_n_u8(codes[sub % 8], 4);
+        const uint8x16_t top = vandq_u8(vshlq_u8(codes[8 + sub % 4], vdupq_n_s8(static_cast<int8_t>(-2 * (sub / 4)))), vdupq_n_u8(3));
+        s8x16_to_f32(vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(low, vshlq_n_u8(top, 4))), vdupq_n_s8(32)), sc[h]);
+        for (int r = 0; r < 4; ++r) sc[h][r] = vmulq_f32(sc[h][r], d[r]);
+      }
+      const uint8_t* tile = blk + 224 + 192 * j;
+      unpack_crumbs(tile, q);
+      add_plane_bits(tile + 128, 4, q);
+      KESTREL_UNROLL
+      for (int t = 0; t < T; ++t) {
+        const BlockQ8A& xb = xq[static_cast<size_t>(t) * nxb + b * 8 + j];
+        int32x4_t s0[4], s1[4];
+        for (int r = 0; r < 4; ++r) {
+          s0[r] = vdupq_n_s32(-4 * xb.sum16[0]);
+          s1[r] = vdupq_n_s32(-4 * xb.sum16[1]);
+        }
+        dot_groups<0>(q, vld1q_s8(xb.qs), s0);
+        dot_groups<4>(q, vld1q_s8(xb.qs + 16), s1);
+        for (int r = 0; r < 4; ++r) {
+          acc[4 * t + r] = vfmaq_f32(acc[4 * t + r], vcvtq_f32_s32(s0[r]), vmulq_n_f32(sc[0][r], xb.d));
+          acc[4 * t + r] = vfmaq_f32(acc[4 * t + r], vcvtq_f32_s32(s1[r]), vmulq_n_f32(sc[1][r], xb.d));
+        }
+      }
+    }
+  }
+  KESTREL_UNROLL
+  for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16, acc + 4 * t);
+}
+
 // The tiles of each layout, for the shared driver (gemm_driver.h).
 struct NeonTiles {
-  static constexpr bool kAllLayouts = false;  // Q4_0, Q8_0, Q4_K and Q6_K only: the others run the row dots' scalar path on NEON
+  static constexpr bool kSparse24 = false;  // the 2:4 integer layouts run the row dots on NEON
   static constexpr int kTokens = 4;  // tokens per register tile
   static constexpr int64_t kGroupChunk = 4;  // row groups whose weights stay in cache while token tiles pass
   template <PackedLayout L, int T>
   static void tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, const uint8_t* after) {
-    if constexpr (L == PackedLayout::Q4_Kx16)
-      tile_q4_k<T>(w, xq, nb, y, ys, g, after);
+    if constexpr (L == PackedLayout::Q4_Kx16 || L == PackedLayout::Q5_Kx16)
+      tile_q4_k<L, T>(w, xq, nb, y, ys, g, after);
+    else if constexpr (L == PackedLayout::Q2_Kx16)
+      tile_q2_k<T>(w, xq, nb, y, ys, g, after);
+    else if constexpr (L == PackedLayout::Q3_Kx16)
+      tile_q3_k<T>(w, xq, nb, y, ys, g, after);
     else if constexpr (L == PackedLayout::Q6_Kx16)
       tile_q6_k<T>(w, xq, nb, y, ys, g, after);
     else
