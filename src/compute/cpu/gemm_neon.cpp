@@ -192,6 +192,23 @@ void tile_q4_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
   for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16, acc + 4 * t);
 }
 
+// acc[r] += one token's products of a 32-input block for rows 4r..4r+3, its two 16-input halves with their
+// own scales sc[h][r] (d folded in) and codes kOffset above the weights' (Q2_K 0, Q3_K 4, Q6_K 32).
+template <int kOffset>
+inline void add_half_scaled_products(const BlockBytes& q, const BlockQ8A& xb, const float32x4_t (&sc)[2][4], float32x4_t* acc) {
+  int32x4_t s0[4], s1[4];
+  for (int r = 0; r < 4; ++r) {
+    s0[r] = vdupq_n_s32(-kOffset * xb.sum16[0]);
+    s1[r] = vdupq_n_s32(-kOffset * xb.sum16[1]);
+  }
+  dot_groups<0>(q, vld1q_s8(xb.qs), s0);
+  dot_groups<4>(q, vld1q_s8(xb.qs + 16), s1);
+  for (int r = 0; r < 4; ++r) {
+    acc[r] = vfmaq_f32(acc[r], vcvtq_f32_s32(s0[r]), vmulq_n_f32(sc[0][r], xb.d));
+    acc[r] = vfmaq_f32(acc[r], vcvtq_f32_s32(s1[r]), vmulq_n_f32(sc[1][r], xb.d));
+  }
+}
+
 // Q6_K: w = d sc (q - 32) with q in 0..63 and one scale per 16 inputs (sc0: inputs 0..15, sc1: 16..31).
 template <int T>
 void tile_q6_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, const uint8_t* after) {
@@ -205,29 +222,16 @@ void tile_q6_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
     float32x4_t d[4];
     load_halves16(blk, d);
     for (int j = 0; j < 8; ++j) {
-      float32x4_t sc0[4], sc1[4];
-      s8x16_to_f32(vld1q_s8(reinterpret_cast<const int8_t*>(blk + 32 + 32 * j)), sc0);
-      s8x16_to_f32(vld1q_s8(reinterpret_cast<const int8_t*>(blk + 48 + 32 * j)), sc1);
-      for (int r = 0; r < 4; ++r) {
-        sc0[r] = vmulq_f32(sc0[r], d[r]);
-        sc1[r] = vmulq_f32(sc1[r], d[r]);
+      float32x4_t sc[2][4];  // [inputs 16h..16h+15][rows 4r..4r+3], times d
+      for (int h = 0; h < 2; ++h) {
+        s8x16_to_f32(vld1q_s8(reinterpret_cast<const int8_t*>(blk + 32 + 32 * j + 16 * h)), sc[h]);
+        for (int r = 0; r < 4; ++r) sc[h][r] = vmulq_f32(sc[h][r], d[r]);
       }
       unpack_nibbles(blk + 288 + 256 * j, q);
       add_high_bits(blk + 2336 + 128 * j, q);
       KESTREL_UNROLL
       for (int t = 0; t < T; ++t) {
-        const BlockQ8A& xb = xq[static_cast<size_t>(t) * nxb + b * 8 + j];
-        int32x4_t s0[4], s1[4];
-        for (int r = 0; r < 4; ++r) {
-          s0[r] = vdupq_n_s32(-32 * xb.sum16[0]);
-          s1[r] = vdupq_n_s32(-32 * xb.sum16[1]);
-        }
-        dot_groups<0>(q, vld1q_s8(xb.qs), s0);
-        dot_groups<4>(q, vld1q_s8(xb.qs + 16), s1);
-        for (int r = 0; r < 4; ++r) {
-          acc[4 * t + r] = vfmaq_f32(acc[4 * t + r], vcvtq_f32_s32(s0[r]), vmulq_n_f32(sc0[r], xb.d));
-          acc[4 * t + r] = vfmaq_f32(acc[4 * t + r], vcvtq_f32_s32(s1[r]), vmulq_n_f32(sc1[r], xb.d));
-        }
+        add_half_scaled_products<32>(q, xq[static_cast<size_t>(t) * nxb + b * 8 + j], sc, acc + 4 * t);
       }
     }
   }
@@ -264,19 +268,10 @@ void tile_q2_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
       KESTREL_UNROLL
       for (int t = 0; t < T; ++t) {
         const BlockQ8A& xb = xq[static_cast<size_t>(t) * nxb + b * 8 + j];
-        int32x4_t s0[4], s1[4];
-        for (int r = 0; r < 4; ++r) s0[r] = s1[r] = vdupq_n_s32(0);
-        dot_groups<0>(q, vld1q_s8(xb.qs), s0);
-        dot_groups<4>(q, vld1q_s8(xb.qs + 16), s1);
+        add_half_scaled_products<0>(q, xb, sc, acc + 4 * t);
         const float32x4_t xsum0 = vdupq_n_f32(xb.d * static_cast<float>(xb.sum16[0]));
         const float32x4_t xsum1 = vdupq_n_f32(xb.d * static_cast<float>(xb.sum16[1]));
-        for (int r = 0; r < 4; ++r) {
-          float32x4_t a = acc[4 * t + r];
-          a = vfmaq_f32(a, vcvtq_f32_s32(s0[r]), vmulq_n_f32(sc[0][r], xb.d));
-          a = vfmaq_f32(a, vcvtq_f32_s32(s1[r]), vmulq_n_f32(sc[1][r], xb.d));
-          a = vfmsq_f32(a, mn[0][r], xsum0);
-          acc[4 * t + r] = vfmsq_f32(a, mn[1][r], xsum1);
-        }
+        for (int r = 0; r < 4; ++r) acc[4 * t + r] = vfmsq_f32(vfmsq_f32(acc[4 * t + r], mn[0][r], xsum0), mn[1][r], xsum1);
       }
     }
   }
@@ -314,18 +309,7 @@ void tile_q3_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
       add_plane_bits(tile + 128, 4, q);
       KESTREL_UNROLL
       for (int t = 0; t < T; ++t) {
-        const BlockQ8A& xb = xq[static_cast<size_t>(t) * nxb + b * 8 + j];
-        int32x4_t s0[4], s1[4];
-        for (int r = 0; r < 4; ++r) {
-          s0[r] = vdupq_n_s32(-4 * xb.sum16[0]);
-          s1[r] = vdupq_n_s32(-4 * xb.sum16[1]);
-        }
-        dot_groups<0>(q, vld1q_s8(xb.qs), s0);
-        dot_groups<4>(q, vld1q_s8(xb.qs + 16), s1);
-        for (int r = 0; r < 4; ++r) {
-          acc[4 * t + r] = vfmaq_f32(acc[4 * t + r], vcvtq_f32_s32(s0[r]), vmulq_n_f32(sc[0][r], xb.d));
-          acc[4 * t + r] = vfmaq_f32(acc[4 * t + r], vcvtq_f32_s32(s1[r]), vmulq_n_f32(sc[1][r], xb.d));
-        }
+        add_half_scaled_products<4>(q, xq[static_cast<size_t>(t) * nxb + b * 8 + j], sc, acc + 4 * t);
       }
     }
   }
