@@ -569,7 +569,7 @@ void half_tile_q6_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_
 
 // The tiles of each layout, for the shared driver (gemm_driver.h).
 struct Avx2Tiles {
-  static constexpr bool kSparse24 = true;
+  static constexpr bool kSparse24Wide = true;
   static constexpr int kTokens = 4;  // tokens per register tile
   static constexpr int64_t kGroupChunk = 4;  // row groups whose weights stay in cache while token tiles pass
   template <PackedLayout L, int T>

@@ -340,7 +340,7 @@ void tile_q6_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
 
 // The tiles of each layout, for the shared driver (gemm_driver.h).
 struct Avx512Tiles : Avx512Sparse24Tiles<NibbleControls> {
-  static constexpr bool kSparse24 = true;
+  static constexpr bool kSparse24Wide = true;
   template <PackedLayout L, int T>
   static void tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, const uint8_t* after) {
     if constexpr (L == PackedLayout::Q4_Kx16 || L == PackedLayout::Q5_Kx16)

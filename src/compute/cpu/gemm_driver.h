@@ -78,8 +78,15 @@ void sparse24_gemm(PackedView w, const BlockQ8A* xq, int n_tok, float* y, size_t
   }
 }
 
-// The integer layouts' GEMMs of one ISA (nullptr for the float layouts, which have their own kernels, and
-// for the 2:4 integer layouts where Tiles::kSparse24 is false).
+// A 2:4 integer layout's GEMM: through the wide layout for many tokens where the ISA has it
+// (Tiles::kSparse24Wide, sparse24_gemm), else the direct tiles at every token count.
+template <class Tiles, PackedLayout L>
+constexpr PackedGemmFn sparse24_gemm_of() {
+  if constexpr (Tiles::kSparse24Wide) return sparse24_gemm<Tiles, L>;
+  else return packed_gemm<Tiles, L>;
+}
+
+// The integer layouts' GEMMs of one ISA (nullptr for the float layouts, which have their own kernels).
 template <class Tiles>
 PackedGemmFn packed_gemm_table(PackedLayout layout) {
   switch (layout) {
@@ -93,16 +100,10 @@ PackedGemmFn packed_gemm_table(PackedLayout layout) {
     case PackedLayout::Q4_Kx16: return packed_gemm<Tiles, PackedLayout::Q4_Kx16>;
     case PackedLayout::Q5_Kx16: return packed_gemm<Tiles, PackedLayout::Q5_Kx16>;
     case PackedLayout::Q6_Kx16: return packed_gemm<Tiles, PackedLayout::Q6_Kx16>;
-    default: break;
+    case PackedLayout::S24_Q8x16: return sparse24_gemm_of<Tiles, PackedLayout::S24_Q8x16>();
+    case PackedLayout::S24_Q4x16: return sparse24_gemm_of<Tiles, PackedLayout::S24_Q4x16>();
+    default: return nullptr;
   }
-  if constexpr (Tiles::kSparse24) {
-    switch (layout) {
-      case PackedLayout::S24_Q8x16: return sparse24_gemm<Tiles, PackedLayout::S24_Q8x16>;
-      case PackedLayout::S24_Q4x16: return sparse24_gemm<Tiles, PackedLayout::S24_Q4x16>;
-      default: break;
-    }
-  }
-  return nullptr;
 }
 
 }  // namespace

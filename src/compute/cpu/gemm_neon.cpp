@@ -3,13 +3,14 @@
 // 4-input group of a token's 8-bit activations, so 4 instructions cover 16 rows x 4 inputs. Each 32-input
 // block is unpacked once into signed bytes (Q8_0's +128 removed; 2- to 6-bit codes as they are, their
 // offsets folded into the int32 start value or a min term as on x86) and every token of the tile reads it
-// from L1. Every integer layout but the 2:4 ones (which run the row dots here).
+// from L1. The 2:4 layouts gather each row's kept activations by table lookups (tile_s24).
 // Compiled with +dotprod and entered only after run-time detection; internal linkage throughout.
 #include <arm_neon.h>
 
 #include "compute/cpu/gemm_driver.h"
 #include "compute/cpu/gemm_prefetch.h"
 #include "compute/cpu/packed_matrix.h"
+#include "compute/cpu/packed_sparse24.h"
 
 namespace kestrel {
 namespace {
@@ -317,9 +318,69 @@ void tile_q3_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
   for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16, acc + 4 * t);
 }
 
+// The 2:4 integer layouts (S24_Q8x16, S24_Q4x16; packed_sparse24.h) at any token count: per pair of
+// 4-input groups and 4 rows, a table lookup spreads each row's two position nibbles over its 4 control
+// bytes, a per-byte shift and an and keep its 4 positions, the control offsets pick the group, and a
+// second lookup gathers the row's 4 kept activations (of the pair's 8, held twice in the table) next to
+// its 4 kept signed codes for one sdot. The controls are made once per tile and serve every token.
+template <PackedLayout L, int T>
+void tile_s24(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, const uint8_t* after) {
+  constexpr bool kQ8 = sparse24_q8_values(L);
+  // spread[p % 2]: control byte m of row i takes byte 2 (p % 2) + m / 2 of the row's metadata dword;
+  // shift[a]: then right by the nibble's place (4 a) and the position's in it (2 (m % 2))
+  uint8x16_t spread[2];
+  int8x16_t shift[2];
+  for (int i = 0; i < 16; ++i) {
+    for (int q = 0; q < 2; ++q) spread[q][i] = static_cast<uint8_t>(4 * (i / 4) + 2 * q + (i % 4) / 2);
+    for (int a = 0; a < 2; ++a) shift[a][i] = static_cast<int8_t>(-(4 * a + 2 * (i % 2)));
+  }
+  const uint8x16_t offsets = vreinterpretq_u8_u32(vdupq_n_u32(kSparse24ControlOffsets)), three = vdupq_n_u8(3);
+  float32x4_t acc[4 * T];
+  for (int i = 0; i < 4 * T; ++i) acc[i] = vdupq_n_f32(0);
+  for (size_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = w.data + (static_cast<size_t>(g) * nb + b) * w.block_bytes;
+    prefetch_block(block_ahead(blk, b, kPrefetchBlocks, nb, w.block_bytes, after), w.block_bytes);
+    float32x4_t d[4];
+    load_halves16(blk, d);
+    const uint8_t* meta = blk + sparse24_meta_offset(L);
+    for (int a = 0; a < 2; ++a) {  // the block's two 32-input activation blocks
+      int32x4_t sum[4 * T];
+      for (int i = 0; i < 4 * T; ++i) sum[i] = vdupq_n_s32(0);
+      for (int p = 0; p < 4; ++p) {  // pairs of groups
+        uint8x16_t ctrl[4];
+        int8x16_t wv[4];  // rows 4r..4r+3: [4] signed kept codes
+        for (int r = 0; r < 4; ++r) {
+          const uint8x16_t dwords = vld1q_u8(meta + 64 * (p / 2) + 16 * r);
+          const uint8x16_t positions = vandq_u8(vshlq_u8(vqtbl1q_u8(dwords, spread[p % 2]), shift[a]), three);
+          ctrl[r] = vorrq_u8(positions, offsets);
+          if constexpr (kQ8) {
+            wv[r] = vld1q_s8(reinterpret_cast<const int8_t*>(blk + 32 + 64 * (4 * a + p) + 16 * r));
+          } else {
+            const uint8x16_t packed = vld1q_u8(blk + 32 + 64 * p + 16 * r);
+            wv[r] = vsubq_s8(vreinterpretq_s8_u8(a == 0 ? vandq_u8(packed, vdupq_n_u8(0xF)) : vshrq_n_u8(packed, 4)), vdupq_n_s8(8));
+          }
+        }
+        KESTREL_UNROLL
+        for (int t = 0; t < T; ++t) {
+          const int8x8_t x8 = vld1_s8(xq[static_cast<size_t>(t) * 2 * nb + 2 * b + static_cast<size_t>(a)].qs + 8 * p);
+          const int8x16_t x16 = vcombine_s8(x8, x8);
+          for (int r = 0; r < 4; ++r) sum[4 * t + r] = vdotq_s32(sum[4 * t + r], wv[r], vqtbl1q_s8(x16, ctrl[r]));
+        }
+      }
+      KESTREL_UNROLL
+      for (int t = 0; t < T; ++t) {
+        const float dx = xq[static_cast<size_t>(t) * 2 * nb + 2 * b + static_cast<size_t>(a)].d;
+        for (int r = 0; r < 4; ++r) acc[4 * t + r] = vfmaq_f32(acc[4 * t + r], vcvtq_f32_s32(sum[4 * t + r]), vmulq_n_f32(d[r], dx));
+      }
+    }
+  }
+  KESTREL_UNROLL
+  for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16, acc + 4 * t);
+}
+
 // The tiles of each layout, for the shared driver (gemm_driver.h).
 struct NeonTiles {
-  static constexpr bool kSparse24 = false;  // the 2:4 integer layouts run the row dots on NEON
+  static constexpr bool kSparse24Wide = false;  // the 2:4 layouts' direct tiles at every token count
   static constexpr int kTokens = 4;  // tokens per register tile
   static constexpr int64_t kGroupChunk = 4;  // row groups whose weights stay in cache while token tiles pass
   template <PackedLayout L, int T>
@@ -330,6 +391,8 @@ struct NeonTiles {
       tile_q2_k<T>(w, xq, nb, y, ys, g, after);
     else if constexpr (L == PackedLayout::Q3_Kx16)
       tile_q3_k<T>(w, xq, nb, y, ys, g, after);
+    else if constexpr (L == PackedLayout::S24_Q8x16 || L == PackedLayout::S24_Q4x16)
+      tile_s24<L, T>(w, xq, nb, y, ys, g, after);
     else if constexpr (L == PackedLayout::Q6_Kx16)
       tile_q6_k<T>(w, xq, nb, y, ys, g, after);
     else
