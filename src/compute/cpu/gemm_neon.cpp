@@ -7,6 +7,8 @@
 // Compiled with +dotprod and entered only after run-time detection; internal linkage throughout.
 #include <arm_neon.h>
 
+#include <array>
+
 #include "compute/cpu/gemm_driver.h"
 #include "compute/cpu/gemm_prefetch.h"
 #include "compute/cpu/packed_matrix.h"
@@ -318,6 +320,22 @@ void tile_q3_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
   for (int t = 0; t < T; ++t) store_rows(w, y + static_cast<size_t>(t) * ys + static_cast<size_t>(g) * 16, acc + 4 * t);
 }
 
+// tile_s24's controls: byte m of row i (byte 4 i + m of 4 rows' 16) takes byte 2 (p % 2) + m / 2 of the
+// row's metadata dword (kS24NeonSpread[p % 2]), then shifts right by the nibble's place (4 a) and the
+// position's in it (2 (m % 2)) (kS24NeonShift[a], negative: vshlq shifts right).
+inline constexpr std::array<std::array<uint8_t, 16>, 2> kS24NeonSpread = [] {
+  std::array<std::array<uint8_t, 16>, 2> t{};
+  for (int q = 0; q < 2; ++q)
+    for (int i = 0; i < 16; ++i) t[q][i] = static_cast<uint8_t>(4 * (i / 4) + 2 * q + (i % 4) / 2);
+  return t;
+}();
+inline constexpr std::array<std::array<int8_t, 16>, 2> kS24NeonShift = [] {
+  std::array<std::array<int8_t, 16>, 2> t{};
+  for (int a = 0; a < 2; ++a)
+    for (int i = 0; i < 16; ++i) t[a][i] = static_cast<int8_t>(-(4 * a + 2 * (i % 2)));
+  return t;
+}();
+
 // The 2:4 integer layouts (S24_Q8x16, S24_Q4x16; packed_sparse24.h) at any token count: per pair of
 // 4-input groups and 4 rows, a table lookup spreads each row's two position nibbles over its 4 control
 // bytes, a per-byte shift and an and keep its 4 positions, the control offsets pick the group, and a
@@ -326,14 +344,8 @@ void tile_q3_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
 template <PackedLayout L, int T>
 void tile_s24(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, const uint8_t* after) {
   constexpr bool kQ8 = sparse24_q8_values(L);
-  // spread[p % 2]: control byte m of row i takes byte 2 (p % 2) + m / 2 of the row's metadata dword;
-  // shift[a]: then right by the nibble's place (4 a) and the position's in it (2 (m % 2))
-  uint8x16_t spread[2];
-  int8x16_t shift[2];
-  for (int i = 0; i < 16; ++i) {
-    for (int q = 0; q < 2; ++q) spread[q][i] = static_cast<uint8_t>(4 * (i / 4) + 2 * q + (i % 4) / 2);
-    for (int a = 0; a < 2; ++a) shift[a][i] = static_cast<int8_t>(-(4 * a + 2 * (i % 2)));
-  }
+  const uint8x16_t spread[2] = {vld1q_u8(kS24NeonSpread[0].data()), vld1q_u8(kS24NeonSpread[1].data())};
+  const int8x16_t shift[2] = {vld1q_s8(kS24NeonShift[0].data()), vld1q_s8(kS24NeonShift[1].data())};
   const uint8x16_t offsets = vreinterpretq_u8_u32(vdupq_n_u32(kSparse24ControlOffsets)), three = vdupq_n_u8(3);
   float32x4_t acc[4 * T];
   for (int i = 0; i < 4 * T; ++i) acc[i] = vdupq_n_f32(0);
