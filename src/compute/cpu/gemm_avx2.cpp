@@ -36,15 +36,13 @@ inline void store_rows(const PackedView& w, float* y, __m256 rows) {
   _mm256_storeu_ps(y, w.accumulate ? _mm256_add_ps(_mm256_loadu_ps(y), rows) : rows);
 }
 
-// ORs the top bit of the codes into q[8] (inputs 4k..4k+3 of the half's 8 rows, the lower bits) from the
-// half of a high-bit plane: bit k of each byte moves to bit kTop (4 for 5-bit codes, 2 for 3-bit ones) of
-// q[k]'s byte.
-template <int kTop = 4>
+// ORs bit 2 of the 3-bit codes into q[8] (inputs 4k..4k+3 of the half's 8 rows, the low two bits) from the
+// half of a high-bit plane: bit k of each byte moves to bit 2 of q[k]'s byte.
 inline void add_high_bits(__m256i (&q)[8], __m256i plane) {
   KESTREL_UNROLL
   for (int k = 0; k < 8; ++k) {
     const __m256i bit = _mm256_and_si256(plane, _mm256_set1_epi8(static_cast<char>(1 << k)));
-    q[k] = _mm256_or_si256(q[k], k < kTop ? _mm256_slli_epi16(bit, kTop - k) : k > kTop ? _mm256_srli_epi16(bit, k - kTop) : bit);
+    q[k] = _mm256_or_si256(q[k], k < 2 ? _mm256_slli_epi16(bit, 2 - k) : k > 2 ? _mm256_srli_epi16(bit, k - 2) : bit);
   }
 }
 
@@ -56,7 +54,7 @@ inline void load_crumb_tile(const uint8_t* tile, const uint8_t* plane, int half,
     q[c] = _mm256_and_si256(_mm256_srli_epi16(v0, 2 * c), m2);
     q[c + 4] = _mm256_and_si256(_mm256_srli_epi16(v1, 2 * c), m2);
   }
-  if (plane) add_high_bits<2>(q, load256(plane + 32 * half));
+  if (plane) add_high_bits(q, load256(plane + 32 * half));
 }
 
 // int16 pair sums per row lane over the two 16-input halves of a 32-input block (k-groups 0..3 and 4..7)
@@ -78,15 +76,27 @@ inline __m256i activation_half_sums(const BlockQ8A& x) {
   return _mm256_set1_epi32(sums);
 }
 
-// The half's 8 rows of one 32-input nibble tile: q[k] = inputs 4k..4k+3 (plus bit 4 from `plane` when given).
-inline void load_nibble_tile(const uint8_t* tile, const uint8_t* plane, int half, __m256i (&q)[8]) {
+// The half's 8 rows of one 32-input nibble tile: q[k] = inputs 4k..4k+3.
+inline void load_nibble_tile(const uint8_t* tile, int half, __m256i (&q)[8]) {
   const __m256i m4 = _mm256_set1_epi8(0xF);
   for (int k = 0; k < 4; ++k) {
     const __m256i packed = load256(tile + 64 * k + 32 * half);
     q[k] = _mm256_and_si256(packed, m4);
     q[k + 4] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), m4);
   }
-  if (plane) add_high_bits(q, load256(plane + 32 * half));
+}
+// The half's 8 rows of one 32-input quint tile (5-bit codes): q[k] = inputs 4k..4k+3; groups 4..7 join the
+// top three bits kept above groups 0..3 with the low two from the tile's fifth vector.
+inline void load_quint_tile(const uint8_t* tile, int half, __m256i (&q)[8]) {
+  const __m256i low5 = _mm256_set1_epi8(0x1F), bits2to4 = _mm256_set1_epi8(0x1C), low2 = _mm256_set1_epi8(3);
+  const __m256i low_pairs = load256(tile + 256 + 32 * half);
+  KESTREL_UNROLL
+  for (int k = 0; k < 4; ++k) {
+    const __m256i packed = load256(tile + 64 * k + 32 * half);
+    q[k] = _mm256_and_si256(packed, low5);
+    q[k + 4] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(packed, 3), bits2to4),
+                               _mm256_and_si256(k == 0 ? low_pairs : _mm256_srli_epi16(low_pairs, 2 * k), low2));
+  }
 }
 
 // int32 sums per row lane of q[k] . x4[k] over the 8 k-groups of unsigned codes below 2^kBits. 4-bit codes
@@ -158,8 +168,10 @@ void half_tile(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
     __m256i q[8];  // inputs 4k..4k+3 of the 8 rows: u8 codes, or signed (Q8_0)
     if constexpr (L == PackedLayout::Q8_0x16) {
       for (int k = 0; k < 8; ++k) q[k] = _mm256_xor_si256(load256(blk + 32 + 64 * k + 32 * half), flip);
+    } else if constexpr (kFiveBit) {
+      load_quint_tile(blk + kTile, half, q);
     } else {
-      load_nibble_tile(blk + kTile, kFiveBit ? blk + kTile + 256 : nullptr, half, q);
+      load_nibble_tile(blk + kTile, half, q);
     }
     add_half_block_products<L, T>(q, d, m, xq, nb, b, acc);
   }
@@ -373,7 +385,7 @@ inline void q4_k_scales_mins_x8(const uint8_t* scales, int half, uint8_t (*out)[
 }
 
 // K-quant tiles: one block is a 256-input super-block, eight 32-input activation blocks. Q4_K, and Q5_K
-// (the same bytes followed by a high-bit plane per sub-block).
+// (the same head, then a quint tile per sub-block).
 template <PackedLayout L, int T>
 void half_tile_q4_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, int half, const uint8_t* after) {
   constexpr bool kFiveBit = L == PackedLayout::Q5_Kx16;
@@ -393,7 +405,11 @@ void half_tile_q4_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_
       const __m256 scale = _mm256_mul_ps(d, u8x8_to_ps(scales_mins[0][j]));
       const __m256 min = _mm256_mul_ps(dmin, u8x8_to_ps(scales_mins[1][j]));
       __m256i q[8];
-      load_nibble_tile(blk + 256 + 256 * j, kFiveBit ? blk + 2304 + 64 * j : nullptr, half, q);
+      if constexpr (kFiveBit) {
+        load_quint_tile(blk + 256 + 320 * j, half, q);
+      } else {
+        load_nibble_tile(blk + 256 + 256 * j, half, q);
+      }
       KESTREL_UNROLL
       for (int t = 0; t < T; ++t) {
         const BlockQ8A& xb = xq[static_cast<size_t>(t) * nxb + b * 8 + j];

@@ -14,11 +14,10 @@
 namespace kestrel {
 namespace {
 
-// Adds the top bit of the codes to q[8] (inputs 4k..4k+3 of the 16 rows, the lower bits): where bit k of a
-// byte of the high-bit plane is set, `top` (16 for 5-bit codes, 4 for 3-bit ones) is added to q[k]'s byte (a
-// byte-masked add: two operations per k).
-inline void add_high_bits(__m512i (&q)[8], __m512i plane, char top = 16) {
-  const __m512i add = _mm512_set1_epi8(top);
+// Adds bit 2 of the 3-bit codes to q[8] (inputs 4k..4k+3 of the 16 rows, the low two bits): where bit k of
+// a byte of the high-bit plane is set, 4 is added to q[k]'s byte (a byte-masked add: two operations per k).
+inline void add_high_bits(__m512i (&q)[8], __m512i plane) {
+  const __m512i add = _mm512_set1_epi8(4);
   KESTREL_UNROLL
   for (int k = 0; k < 8; ++k) {
     const __mmask64 set = _mm512_test_epi8_mask(plane, _mm512_set1_epi8(static_cast<char>(1 << k)));
@@ -35,18 +34,31 @@ inline void load_crumb_tile(const uint8_t* tile, const uint8_t* plane, __m512i (
     q[c] = _mm512_and_si512(_mm512_srli_epi16(v0, 2 * c), m2);
     q[c + 4] = _mm512_and_si512(_mm512_srli_epi16(v1, 2 * c), m2);
   }
-  if (plane) add_high_bits(q, _mm512_loadu_si512(plane), 4);
+  if (plane) add_high_bits(q, _mm512_loadu_si512(plane));
 }
 
-// The 16 rows' codes of one 32-input nibble tile: q[k] = inputs 4k..4k+3 (plus bit 4 from `plane` when given).
-inline void load_nibble_tile(const uint8_t* tile, const uint8_t* plane, __m512i (&q)[8]) {
+// The 16 rows' codes of one 32-input nibble tile: q[k] = inputs 4k..4k+3.
+inline void load_nibble_tile(const uint8_t* tile, __m512i (&q)[8]) {
   const __m512i m4 = _mm512_set1_epi8(0xF);
   for (int k = 0; k < 4; ++k) {
     const __m512i packed = _mm512_loadu_si512(tile + 64 * k);
     q[k] = _mm512_and_si512(packed, m4);
     q[k + 4] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), m4);
   }
-  if (plane) add_high_bits(q, _mm512_loadu_si512(plane));
+}
+// The 16 rows' codes of one 32-input quint tile (5-bit codes): q[k] = inputs 4k..4k+3; groups 4..7 join the
+// top three bits kept above groups 0..3 with the low two from the tile's fifth vector (one ternary-logic
+// a | (b & c)).
+inline void load_quint_tile(const uint8_t* tile, __m512i (&q)[8]) {
+  const __m512i low5 = _mm512_set1_epi8(0x1F), bits2to4 = _mm512_set1_epi8(0x1C), low2 = _mm512_set1_epi8(3);
+  const __m512i low_pairs = _mm512_loadu_si512(tile + 256);
+  KESTREL_UNROLL
+  for (int k = 0; k < 4; ++k) {
+    const __m512i packed = _mm512_loadu_si512(tile + 64 * k);
+    q[k] = _mm512_and_si512(packed, low5);
+    const __m512i top3 = _mm512_and_si512(_mm512_srli_epi16(packed, 3), bits2to4);
+    q[k + 4] = _mm512_ternarylogic_epi32(top3, k == 0 ? low_pairs : _mm512_srli_epi16(low_pairs, 2 * k), low2, 0xF8);
+  }
 }
 
 // acc[t] += the products of one 32-input block of the 32-input layout L (Q4_0, Q8_0, Q4_1, Q5_0, Q5_1) with
@@ -93,8 +105,10 @@ void tile_32(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, i
     __m512i q[8];  // q[k] = inputs 4k..4k+3 of the 16 rows
     if constexpr (L == PackedLayout::Q8_0x16) {
       for (int k = 0; k < 8; ++k) q[k] = _mm512_loadu_si512(blk + 32 + 64 * k);
+    } else if constexpr (kFiveBit) {
+      load_quint_tile(blk + kTile, q);
     } else {
-      load_nibble_tile(blk + kTile, kFiveBit ? blk + kTile + 256 : nullptr, q);
+      load_nibble_tile(blk + kTile, q);
     }
     add_block_products<L, T>(q, d, m, xq, nb, b, acc);
   }
@@ -120,7 +134,7 @@ inline void q4_k_scales_mins_x16(const uint8_t* scales, uint8_t (*out)[8][16]) {
 }
 
 // K-quant tiles: one block is a 256-input super-block, eight 32-input activation blocks. Q4_K, and Q5_K
-// (the same bytes followed by a high-bit plane per sub-block).
+// (the same head, then a quint tile per sub-block).
 template <PackedLayout L, int T>
 void tile_q4_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, const uint8_t* after) {
   const size_t nxb = nb * 8;  // activation blocks per token
@@ -142,7 +156,11 @@ void tile_q4_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
       const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(scales_mins[0][j]))));
       const __m512 mn = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(scales_mins[1][j]))));
       __m512i q[8];
-      load_nibble_tile(blk + 256 + 256 * j, L == PackedLayout::Q5_Kx16 ? blk + 2304 + 64 * j : nullptr, q);
+      if constexpr (L == PackedLayout::Q5_Kx16) {
+        load_quint_tile(blk + 256 + 320 * j, q);
+      } else {
+        load_nibble_tile(blk + 256 + 256 * j, q);
+      }
       KESTREL_UNROLL
       for (int t = 0; t < T; ++t) {
         const BlockQ8A& xb = xq[static_cast<size_t>(t) * nxb + b * 8 + j];

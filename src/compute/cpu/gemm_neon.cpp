@@ -43,10 +43,25 @@ inline void add_high_bits(const uint8_t* hi, BlockBytes& q) {
     }
 }
 
-// Adds the top bit of each code from a high-bit plane (64 bytes, bit k of byte (row, j) = the top bit of
-// input 4k + j's code; packed_matrix.h): `top` (16 for 5-bit codes, 4 for 3-bit ones) where it is set.
-inline void add_plane_bits(const uint8_t* plane, uint8_t top, BlockBytes& q) {
-  const uint8x16_t add = vdupq_n_u8(top);
+// A quint tile (5 x 64 bytes, packed_matrix.h): groups 0..3 are the low five bits of the first four
+// vectors; groups 4..7 their top three bits, shifted in (vsli) above the low two from the fifth vector.
+inline void unpack_quints(const uint8_t* tile, BlockBytes& q) {
+  const uint8x16_t m5 = vdupq_n_u8(0x1F);
+  for (int r = 0; r < 4; ++r) {
+    const uint8x16_t low_pairs = vld1q_u8(tile + 256 + 16 * r);
+    const uint8x16_t low2[4] = {low_pairs, vshrq_n_u8(low_pairs, 2), vshrq_n_u8(low_pairs, 4), vshrq_n_u8(low_pairs, 6)};
+    for (int k = 0; k < 4; ++k) {
+      const uint8x16_t packed = vld1q_u8(tile + 64 * k + 16 * r);
+      q[4 * k + r] = vreinterpretq_s8_u8(vandq_u8(packed, m5));
+      q[4 * (k + 4) + r] = vreinterpretq_s8_u8(vsliq_n_u8(low2[k], vshrq_n_u8(packed, 5), 2));
+    }
+  }
+}
+
+// Adds bit 2 of each 3-bit code from a high-bit plane (64 bytes, bit k of byte (row, j) = bit 2 of input
+// 4k + j's code; packed_matrix.h).
+inline void add_plane_bits(const uint8_t* plane, BlockBytes& q) {
+  const uint8x16_t add = vdupq_n_u8(4);
   for (int r = 0; r < 4; ++r) {
     const uint8x16_t bits = vld1q_u8(plane + 16 * r);
     for (int k = 0; k < 8; ++k)
@@ -129,8 +144,11 @@ void tile_32(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, i
     if constexpr (L == PackedLayout::Q8_0x16) {
       for (int i = 0; i < 32; ++i) q[i] = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(blk + 32 + 16 * i), vdupq_n_u8(0x80)));
     } else {
-      unpack_nibbles(blk + kTile, q);
-      if constexpr (kFiveBit) add_plane_bits(blk + kTile + 256, 16, q);
+      if constexpr (kFiveBit) {
+        unpack_quints(blk + kTile, q);
+      } else {
+        unpack_nibbles(blk + kTile, q);
+      }
     }
     KESTREL_UNROLL
     for (int t = 0; t < T; ++t) {
@@ -148,7 +166,7 @@ void tile_32(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, i
 }
 
 // Q4_K: per 32-input sub-block j, w = d sc_j q - dmin m_j; scales and mins are 6-bit codes packed as in the
-// file (byte k of the 16 rows at scales + 16 k). Q5_K: the same, with a high-bit plane per sub-block after.
+// file (byte k of the 16 rows at scales + 16 k). Q5_K: the same head, then a quint tile per sub-block.
 template <PackedLayout L, int T>
 void tile_q4_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, const uint8_t* after) {
   const size_t nxb = nb * 8;
@@ -176,8 +194,11 @@ void tile_q4_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
         scale[r] = vmulq_f32(scale[r], d[r]);
         min[r] = vmulq_f32(min[r], dmin[r]);
       }
-      unpack_nibbles(blk + 256 + 256 * j, q);
-      if constexpr (L == PackedLayout::Q5_Kx16) add_plane_bits(blk + 2304 + 64 * j, 16, q);
+      if constexpr (L == PackedLayout::Q5_Kx16) {
+        unpack_quints(blk + 256 + 320 * j, q);
+      } else {
+        unpack_nibbles(blk + 256 + 256 * j, q);
+      }
       KESTREL_UNROLL
       for (int t = 0; t < T; ++t) {
         const BlockQ8A& xb = xq[static_cast<size_t>(t) * nxb + b * 8 + j];
@@ -309,7 +330,7 @@ void tile_q3_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
       }
       const uint8_t* tile = blk + 224 + 192 * j;
       unpack_crumbs(tile, q);
-      add_plane_bits(tile + 128, 4, q);
+      add_plane_bits(tile + 128, q);
       KESTREL_UNROLL
       for (int t = 0; t < T; ++t) {
         add_half_scaled_products<4>(q, xq[static_cast<size_t>(t) * nxb + b * 8 + j], sc, acc + 4 * t);

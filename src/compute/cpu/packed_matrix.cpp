@@ -25,13 +25,13 @@ int nibble_tile_value(const uint8_t* tile, int row, int k) {
   const uint8_t byte = tile[(k % 16) / 4 * 64 + row * 4 + k % 4];
   return k < 16 ? (byte & 0xF) : (byte >> 4);
 }
-// The high-bit plane of 32 inputs for 16 rows: bit k of byte (row, j) = bit 4 of value(row, 4k + j).
+// The high-bit plane of 32 inputs for 16 rows (3-bit values): bit k of byte (row, j) = bit 2 of value(row, 4k + j).
 template <typename F>
 void write_high_bit_plane(uint8_t* out, const F& value) {
   for (int i = 0; i < PackedMatrix::kRows; ++i)
     for (int j = 0; j < 4; ++j) {
       uint8_t bits = 0;
-      for (int k = 0; k < 8; ++k) bits |= static_cast<uint8_t>(((value(i, 4 * k + j) >> 4) & 1) << k);
+      for (int k = 0; k < 8; ++k) bits |= static_cast<uint8_t>(((value(i, 4 * k + j) >> 2) & 1) << k);
       out[i * 4 + j] = bits;
     }
 }
@@ -49,9 +49,26 @@ void write_crumb_tile(uint8_t* out, const F& value) {
 int crumb_tile_value(const uint8_t* tile, int row, int k) {
   return (tile[(k / 16) * 64 + row * 4 + k % 4] >> (2 * ((k % 16) / 4))) & 3;
 }
-// A 5-bit code from its nibble tile and high-bit plane.
-int five_bit_value(const uint8_t* tile, const uint8_t* plane, int row, int k) {
-  return nibble_tile_value(tile, row, k) | (((plane[row * 4 + k % 4] >> (k / 4)) & 1) << 4);
+// The quint tile of 32 inputs for 16 rows (5-bit values): for u < 4, byte (u, row, j) holds value(row,
+// 4u + j) in bits 0-4 and bits 2-4 of value(row, 4u + 16 + j) in bits 5-7; byte (4, row, j) holds bits 0-1
+// of value(row, 4u + 16 + j) at bits 2u, 2u + 1.
+template <typename F>
+void write_quint_tile(uint8_t* out, const F& value) {
+  for (int i = 0; i < PackedMatrix::kRows; ++i)
+    for (int j = 0; j < 4; ++j) {
+      uint8_t low_pairs = 0;
+      for (int u = 0; u < 4; ++u) {
+        const int first = value(i, 4 * u + j) & 0x1F, second = value(i, 4 * u + 16 + j) & 0x1F;
+        out[u * 64 + i * 4 + j] = static_cast<uint8_t>(first | ((second >> 2) << 5));
+        low_pairs |= static_cast<uint8_t>((second & 3) << (2 * u));
+      }
+      out[256 + i * 4 + j] = low_pairs;
+    }
+}
+int quint_tile_value(const uint8_t* tile, int row, int k) {
+  const uint8_t byte = tile[(k % 16) / 4 * 64 + row * 4 + k % 4];
+  if (k < 16) return byte & 0x1F;
+  return ((byte >> 5) << 2) | ((tile[256 + row * 4 + k % 4] >> (2 * ((k % 16) / 4))) & 3);
 }
 
 struct LayoutInfo {
@@ -170,8 +187,12 @@ std::optional<PackedMatrix> PackedMatrix::pack(const WeightMatrix& w, PackedLayo
             block_codes(w.type, row_block(i), codes[i]);
           }
           uint8_t* tile = out + (has_min ? 64 : 32);
-          write_nibble_tile(tile, [&](int i, int k) { return codes[i][k]; });
-          if (p.layout != PackedLayout::Q4_1x16) write_high_bit_plane(tile + 256, [&](int i, int k) { return codes[i][k]; });
+          const auto value = [&](int i, int k) { return codes[i][k]; };
+          if (p.layout == PackedLayout::Q4_1x16) {
+            write_nibble_tile(tile, value);
+          } else {
+            write_quint_tile(tile, value);
+          }
           break;
         }
         case PackedLayout::Q5_Kx16: {
@@ -185,8 +206,7 @@ std::optional<PackedMatrix> PackedMatrix::pack(const WeightMatrix& w, PackedLayo
           }
           for (int j = 0; j < 8; ++j) {
             const auto value = [&](int i, int k) { return codes[i][32 * j + k]; };
-            write_nibble_tile(out + 256 + 256 * j, value);
-            write_high_bit_plane(out + 2304 + 64 * j, value);
+            write_quint_tile(out + 256 + 320 * j, value);
           }
           break;
         }
@@ -213,8 +233,7 @@ std::optional<PackedMatrix> PackedMatrix::pack(const WeightMatrix& w, PackedLayo
           for (int j = 0; j < 8; ++j) {
             const auto value = [&](int i, int k) { return codes[i][32 * j + k]; };
             write_crumb_tile(out + 224 + 192 * j, value);
-            // bit 2 of the 3-bit codes, in the plane's top-bit place (bit 4 of a 5-bit code)
-            write_high_bit_plane(out + 224 + 192 * j + 128, [&](int i, int k) { return value(i, k) << 2; });
+            write_high_bit_plane(out + 224 + 192 * j + 128, value);
           }
           break;
         }
@@ -341,11 +360,11 @@ void unpack_block_row(PackedLayout layout, const uint8_t* blk, int i, float* out
       for (int k = 0; k < 32; ++k) out[k] = fp16_to_fp32(halves[i]) * nibble_tile_value(blk + 64, i, k) + fp16_to_fp32(halves[16 + i]);
       break;
     case PackedLayout::Q5_0x16:
-      for (int k = 0; k < 32; ++k) out[k] = fp16_to_fp32(halves[i]) * (five_bit_value(blk + 32, blk + 288, i, k) - 16);
+      for (int k = 0; k < 32; ++k) out[k] = fp16_to_fp32(halves[i]) * (quint_tile_value(blk + 32, i, k) - 16);
       break;
     case PackedLayout::Q5_1x16:
       for (int k = 0; k < 32; ++k)
-        out[k] = fp16_to_fp32(halves[i]) * five_bit_value(blk + 64, blk + 320, i, k) + fp16_to_fp32(halves[16 + i]);
+        out[k] = fp16_to_fp32(halves[i]) * quint_tile_value(blk + 64, i, k) + fp16_to_fp32(halves[16 + i]);
       break;
     case PackedLayout::Q4_Kx16:
     case PackedLayout::Q5_Kx16: {
@@ -354,9 +373,8 @@ void unpack_block_row(PackedLayout layout, const uint8_t* blk, int i, float* out
       for (int e = 0; e < 256; ++e) {
         uint8_t sc = 0, m = 0;
         q4_k_scale_min(e / 32, scales, sc, m);
-        const uint8_t* tile = blk + 256 + 256 * (e / 32);
-        const int q = layout == PackedLayout::Q4_Kx16 ? nibble_tile_value(tile, i, e % 32)
-                                                      : five_bit_value(tile, blk + 2304 + 64 * (e / 32), i, e % 32);
+        const int q = layout == PackedLayout::Q4_Kx16 ? nibble_tile_value(blk + 256 + 256 * (e / 32), i, e % 32)
+                                                      : quint_tile_value(blk + 256 + 320 * (e / 32), i, e % 32);
         out[e] = fp16_to_fp32(halves[i]) * sc * q - fp16_to_fp32(halves[16 + i]) * m;
       }
       break;

@@ -10,22 +10,24 @@
 //   Q4_0x16 (32 inputs):  fp16 d[16]; nibble tile (q in 0..15, w = d * (q - 8)).                  288 bytes
 //   Q8_0x16 (32 inputs):  fp16 d[16]; 8 x 64 bytes, byte (g, row, j) = q[4g+j] + 128 (w = d * q).  544 bytes
 //   Q4_1x16 (32 inputs):  fp16 d[16], fp16 m[16]; nibble tile (w = d * q + m).                      320 bytes
-//   "High-bit plane" of 32 inputs for 16 rows: 64 bytes, bit k of byte (row, j) = the top bit (bit 4 of a
-//   5-bit q, bit 2 of a 3-bit one) of q[4k+j].
-//   Q5_0x16 (32 inputs):  fp16 d[16]; nibble tile of the low 4 bits; high-bit plane (w = d * (q - 16)). 352 bytes
-//   Q5_1x16 (32 inputs):  fp16 d[16], fp16 m[16]; nibble tile; high-bit plane (w = d * q + m).       384 bytes
+//   "Quint tile" of 32 5-bit codes for 16 rows: 5 x 64 bytes; for u < 4, byte (u, row, j) holds q[4u+j] in
+//   bits 0-4 and bits 2-4 of q[4u+16+j] in bits 5-7, and byte (4, row, j) holds bits 0-1 of q[4u+16+j] at
+//   bits 2u, 2u+1 (so half the codes are one AND away, the other half a shift and an OR of two fields).
+//   Q5_0x16 (32 inputs):  fp16 d[16]; quint tile (w = d * (q - 16)).                               352 bytes
+//   Q5_1x16 (32 inputs):  fp16 d[16], fp16 m[16]; quint tile (w = d * q + m).                      384 bytes
 //   Q4_Kx16 (256 inputs): fp16 d[16], fp16 dmin[16], u8 scales[12][16] (each row's 12 bytes of 6-bit
 //                         sub-block scales and mins, packed as in the file), then a nibble tile per
 //                         32-input sub-block (w = d * sc * q - dmin * m).                          2304 bytes
-//   Q5_Kx16 (256 inputs): Q4_Kx16's 2304 bytes (the low 4 bits), then a high-bit plane per 32-input
+//   Q5_Kx16 (256 inputs): Q4_Kx16's 256-byte head (d, dmin, scales), then a quint tile per 32-input
 //                         sub-block.                                                               2816 bytes
 //   "Crumb tile" of 32 inputs for 16 rows: 2 x 64 bytes, bits 2c of byte (v, row, j) = the 2-bit q[16v+4c+j].
 //   Q2_Kx16 (256 inputs): fp16 d[16], fp16 dmin[16], u8 scales[16][16] (the file's byte per sub-block of 16:
 //                         4-bit scale low, 4-bit min high), then a crumb tile per 32 inputs
 //                         (w = d * sc * q - dmin * m).                                             1344 bytes
 //   Q3_Kx16 (256 inputs): fp16 d[16], u8 scales[12][16] (each row's 12 bytes of 6-bit scales, as in the
-//                         file), then per 32 inputs a crumb tile of the low 2 bits and a high-bit plane
-//                         holding bit 2 (w = d * (sc - 32) * (q - 4)).                             1760 bytes
+//                         file), then per 32 inputs a crumb tile of the low 2 bits and a 64-byte
+//                         high-bit plane, bit k of byte (row, j) = bit 2 of q[4k+j]
+//                         (w = d * (sc - 32) * (q - 4)).                                           1760 bytes
 //   Q6_Kx16 (256 inputs): fp16 d[16], i8 sc[16][16] (per 16 inputs), a nibble tile of the low 4 bits per
 //                         32 inputs, then per 32 inputs 2 x 64 bytes of high 2-bit pairs: byte (h, row, j)
 //                         holds k-groups h, h+2, h+4, h+6 at bits 0, 2, 4, 6 (w = d * sc * (q - 32)). 3360 bytes
