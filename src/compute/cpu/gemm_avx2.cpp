@@ -99,6 +99,19 @@ inline void load_quint_tile(const uint8_t* tile, int half, __m256i (&q)[8]) {
   }
 }
 
+// The half's 8 rows of one 32-input sextet tile (6-bit codes): q[k] = inputs 4k..4k+3; groups 4..7 join the
+// top two bits kept above groups 0..3 with the nibbles of the tile's fifth and sixth vectors.
+inline void load_sextet_tile(const uint8_t* tile, int half, __m256i (&q)[8]) {
+  const __m256i low6 = _mm256_set1_epi8(0x3F), bits4to5 = _mm256_set1_epi8(0x30), low4 = _mm256_set1_epi8(0xF);
+  const __m256i nibbles[2] = {load256(tile + 256 + 32 * half), load256(tile + 320 + 32 * half)};
+  KESTREL_UNROLL
+  for (int k = 0; k < 4; ++k) {
+    const __m256i packed = load256(tile + 64 * k + 32 * half);
+    q[k] = _mm256_and_si256(packed, low6);
+    const __m256i low = k % 2 ? _mm256_srli_epi16(nibbles[k / 2], 4) : nibbles[k / 2];
+    q[k + 4] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(packed, 2), bits4to5), _mm256_and_si256(low, low4));
+  }
+}
 // int32 sums per row lane of q[k] . x4[k] over the 8 k-groups of unsigned codes below 2^kBits. 4-bit codes
 // add up in int16 (8 x 2 x 15 x 127 < 2^15) and widen once; 5-bit codes widen per four k-groups
 // (4 x 2 x 31 x 127 < 2^15).
@@ -542,7 +555,6 @@ void half_tile_q3_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_
 template <int T>
 void half_tile_q6_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, int half, const uint8_t* after) {
   const size_t nxb = nb * 8;
-  const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);
   __m256 acc[T];
   KESTREL_UNROLL
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
@@ -555,17 +567,8 @@ void half_tile_q6_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_
       prefetch_block_part(ahead.block, w.block_bytes, 8 * ahead.half + j, 16);
       const __m256 sc0 = _mm256_mul_ps(d, i8x8_to_ps(blk + 32 + 32 * j + 8 * half));  // inputs 0..15
       const __m256 sc1 = _mm256_mul_ps(d, i8x8_to_ps(blk + 48 + 32 * j + 8 * half));  // inputs 16..31
-      const __m256i hi0 = load256(blk + 2336 + 128 * j + 32 * half), hi1 = load256(blk + 2336 + 128 * j + 64 + 32 * half);
       __m256i q[8];
-      for (int k = 0; k < 4; ++k) {
-        const __m256i packed = load256(blk + 288 + 256 * j + 64 * k + 32 * half);
-        q[k] = _mm256_and_si256(packed, m4);
-        q[k + 4] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), m4);
-      }
-      for (int k = 0; k < 8; ++k) {  // k-group k: high bits in hi[k % 2] at bits 2 * (k / 2)
-        const __m256i h = _mm256_and_si256(_mm256_srli_epi16(k % 2 ? hi1 : hi0, 2 * (k / 2)), m2);
-        q[k] = _mm256_or_si256(q[k], _mm256_slli_epi16(h, 4));
-      }
+      load_sextet_tile(blk + 288 + 384 * j, half, q);
       KESTREL_UNROLL
       for (int t = 0; t < T; ++t) {
         const BlockQ8A& xb = xq[static_cast<size_t>(t) * nxb + b * 8 + j];

@@ -61,6 +61,20 @@ inline void load_quint_tile(const uint8_t* tile, __m512i (&q)[8]) {
   }
 }
 
+// The 16 rows' codes of one 32-input sextet tile (6-bit codes): q[k] = inputs 4k..4k+3; groups 4..7 join
+// the top two bits kept above groups 0..3 with the nibbles of the tile's fifth and sixth vectors.
+inline void load_sextet_tile(const uint8_t* tile, __m512i (&q)[8]) {
+  const __m512i low6 = _mm512_set1_epi8(0x3F), bits4to5 = _mm512_set1_epi8(0x30), low4 = _mm512_set1_epi8(0xF);
+  const __m512i nibbles[2] = {_mm512_loadu_si512(tile + 256), _mm512_loadu_si512(tile + 320)};
+  KESTREL_UNROLL
+  for (int k = 0; k < 4; ++k) {
+    const __m512i packed = _mm512_loadu_si512(tile + 64 * k);
+    q[k] = _mm512_and_si512(packed, low6);
+    const __m512i top2 = _mm512_and_si512(_mm512_srli_epi16(packed, 2), bits4to5);
+    q[k + 4] = _mm512_ternarylogic_epi32(top2, k % 2 ? _mm512_srli_epi16(nibbles[k / 2], 4) : nibbles[k / 2], low4, 0xF8);
+  }
+}
+
 // acc[t] += the products of one 32-input block of the 32-input layout L (Q4_0, Q8_0, Q4_1, Q5_0, Q5_1) with
 // token t's activation block xq[t * x_stride + b]: q[k] the 16 rows' stored codes of inputs 4k..4k+3, d (and
 // m) their scales (and mins).
@@ -312,7 +326,6 @@ void tile_q3_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
 template <int T>
 void tile_q6_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys, int64_t g, const uint8_t* after) {
   const size_t nxb = nb * 8;
-  const __m512i m4 = _mm512_set1_epi8(0xF), m2 = _mm512_set1_epi8(3);
   __m512 acc[T];
   KESTREL_UNROLL
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
@@ -326,17 +339,8 @@ void tile_q6_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
                                               _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32 + 32 * j)))));
       const __m512 sc1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
                                               _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 48 + 32 * j)))));
-      const __m512i hi0 = _mm512_loadu_si512(blk + 2336 + 128 * j), hi1 = _mm512_loadu_si512(blk + 2336 + 128 * j + 64);
       __m512i q[8];
-      for (int k = 0; k < 4; ++k) {
-        const __m512i packed = _mm512_loadu_si512(blk + 288 + 256 * j + 64 * k);
-        q[k] = _mm512_and_si512(packed, m4);
-        q[k + 4] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), m4);
-      }
-      for (int k = 0; k < 8; ++k) {  // k-group k: high bits in hi[k % 2] at bits 2 * (k / 2)
-        const __m512i h = _mm512_and_si512(_mm512_srli_epi16(k % 2 ? hi1 : hi0, 2 * (k / 2)), m2);
-        q[k] = _mm512_or_si512(q[k], _mm512_slli_epi16(h, 4));
-      }
+      load_sextet_tile(blk + 288 + 384 * j, q);
       KESTREL_UNROLL
       for (int t = 0; t < T; ++t) {
         const BlockQ8A& xb = xq[static_cast<size_t>(t) * nxb + b * 8 + j];

@@ -33,14 +33,19 @@ inline void unpack_nibbles(const uint8_t* tile, BlockBytes& q) {
     }
 }
 
-// Adds 2-bit high parts (Q6_K: 2 x 64 bytes, group k's in byte (k % 2) at bits 2 * (k / 2)) above the nibbles.
-inline void add_high_bits(const uint8_t* hi, BlockBytes& q) {
-  const uint8x16_t m2 = vdupq_n_u8(3);
-  for (int k = 0; k < 8; ++k)
-    for (int r = 0; r < 4; ++r) {
-      const uint8x16_t bits = vandq_u8(vshlq_u8(vld1q_u8(hi + 64 * (k % 2) + 16 * r), vdupq_n_s8(static_cast<int8_t>(-2 * (k / 2)))), m2);
-      q[4 * k + r] = vorrq_s8(q[4 * k + r], vreinterpretq_s8_u8(vshlq_n_u8(bits, 4)));
+// A sextet tile (6 x 64 bytes, packed_matrix.h): groups 0..3 are the low six bits of the first four
+// vectors; groups 4..7 their top two bits, shifted in (vsli) above the nibbles of the fifth and sixth.
+inline void unpack_sextets(const uint8_t* tile, BlockBytes& q) {
+  const uint8x16_t m6 = vdupq_n_u8(0x3F);
+  for (int r = 0; r < 4; ++r) {
+    const uint8x16_t nibbles0 = vld1q_u8(tile + 256 + 16 * r), nibbles1 = vld1q_u8(tile + 320 + 16 * r);
+    const uint8x16_t low4[4] = {nibbles0, vshrq_n_u8(nibbles0, 4), nibbles1, vshrq_n_u8(nibbles1, 4)};
+    for (int k = 0; k < 4; ++k) {
+      const uint8x16_t packed = vld1q_u8(tile + 64 * k + 16 * r);
+      q[4 * k + r] = vreinterpretq_s8_u8(vandq_u8(packed, m6));
+      q[4 * (k + 4) + r] = vreinterpretq_s8_u8(vsliq_n_u8(low4[k], vshrq_n_u8(packed, 6), 4));
     }
+  }
 }
 
 // A quint tile (5 x 64 bytes, packed_matrix.h): groups 0..3 are the low five bits of the first four
@@ -251,8 +256,7 @@ void tile_q6_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
         s8x16_to_f32(vld1q_s8(reinterpret_cast<const int8_t*>(blk + 32 + 32 * j + 16 * h)), sc[h]);
         for (int r = 0; r < 4; ++r) sc[h][r] = vmulq_f32(sc[h][r], d[r]);
       }
-      unpack_nibbles(blk + 288 + 256 * j, q);
-      add_high_bits(blk + 2336 + 128 * j, q);
+      unpack_sextets(blk + 288 + 384 * j, q);
       KESTREL_UNROLL
       for (int t = 0; t < T; ++t) {
         add_half_scaled_products<32>(q, xq[static_cast<size_t>(t) * nxb + b * 8 + j], sc, acc + 4 * t);

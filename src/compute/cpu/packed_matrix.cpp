@@ -70,6 +70,28 @@ int quint_tile_value(const uint8_t* tile, int row, int k) {
   if (k < 16) return byte & 0x1F;
   return ((byte >> 5) << 2) | ((tile[256 + row * 4 + k % 4] >> (2 * ((k % 16) / 4))) & 3);
 }
+// The sextet tile of 32 inputs for 16 rows (6-bit values): for u < 4, byte (u, row, j) holds value(row,
+// 4u + j) in bits 0-5 and bits 4-5 of value(row, 4u + 16 + j) in bits 6-7; byte (4 + v, row, j) holds bits
+// 0-3 of value(row, 8v + 16 + j) in its low nibble and of value(row, 8v + 20 + j) in its high one.
+template <typename F>
+void write_sextet_tile(uint8_t* out, const F& value) {
+  for (int i = 0; i < PackedMatrix::kRows; ++i)
+    for (int j = 0; j < 4; ++j) {
+      for (int u = 0; u < 4; ++u) {
+        const int first = value(i, 4 * u + j) & 0x3F, second = value(i, 4 * u + 16 + j) & 0x3F;
+        out[u * 64 + i * 4 + j] = static_cast<uint8_t>(first | ((second >> 4) << 6));
+      }
+      for (int v = 0; v < 2; ++v)
+        out[(4 + v) * 64 + i * 4 + j] = static_cast<uint8_t>((value(i, 8 * v + 16 + j) & 0xF) | ((value(i, 8 * v + 20 + j) & 0xF) << 4));
+    }
+}
+int sextet_tile_value(const uint8_t* tile, int row, int k) {
+  const uint8_t byte = tile[(k % 16) / 4 * 64 + row * 4 + k % 4];
+  if (k < 16) return byte & 0x3F;
+  const int u = (k - 16) / 4;
+  const uint8_t low = tile[(4 + u / 2) * 64 + row * 4 + k % 4];
+  return ((byte >> 6) << 4) | ((u % 2 ? low >> 4 : low) & 0xF);
+}
 
 struct LayoutInfo {
   DType type;
@@ -294,18 +316,7 @@ std::optional<PackedMatrix> PackedMatrix::pack(const WeightMatrix& w, PackedLayo
             for (int s = 0; s < 16; ++s) out[32 + s * 16 + i] = static_cast<uint8_t>(blk->scales[s]);
             block_codes(DType::Q6_K, blk, codes[i]);
           }
-          for (int j = 0; j < 8; ++j) {
-            auto value = [&](int i, int k) { return codes[i][32 * j + k]; };
-            write_nibble_tile(out + 288 + 256 * j, value);
-            uint8_t* hi = out + 2336 + 128 * j;
-            for (int h = 0; h < 2; ++h)
-              for (int i = 0; i < kRows; ++i)
-                for (int jj = 0; jj < 4; ++jj) {
-                  uint8_t byte = 0;
-                  for (int c = 0; c < 4; ++c) byte |= static_cast<uint8_t>((value(i, 4 * (h + 2 * c) + jj) >> 4) << (2 * c));
-                  hi[h * 64 + i * 4 + jj] = byte;
-                }
-          }
+          for (int j = 0; j < 8; ++j) write_sextet_tile(out + 288 + 384 * j, [&](int i, int k) { return codes[i][32 * j + k]; });
           break;
         }
       }
@@ -381,9 +392,7 @@ void unpack_block_row(PackedLayout layout, const uint8_t* blk, int i, float* out
     }
     case PackedLayout::Q6_Kx16:
       for (int e = 0; e < 256; ++e) {
-        const int j = e / 32, k = e % 32, g = k / 4;
-        const uint8_t hi = blk[2336 + 128 * j + (g % 2) * 64 + i * 4 + k % 4];
-        const int q = nibble_tile_value(blk + 288 + 256 * j, i, k) | (((hi >> (2 * (g / 2))) & 3) << 4);
+        const int q = sextet_tile_value(blk + 288 + 384 * (e / 32), i, e % 32);
         out[e] = fp16_to_fp32(halves[i]) * static_cast<int8_t>(blk[32 + (e / 16) * 16 + i]) * (q - 32);
       }
       break;

@@ -28,9 +28,11 @@
 //                         file), then per 32 inputs a crumb tile of the low 2 bits and a 64-byte
 //                         high-bit plane, bit k of byte (row, j) = bit 2 of q[4k+j]
 //                         (w = d * (sc - 32) * (q - 4)).                                           1760 bytes
-//   Q6_Kx16 (256 inputs): fp16 d[16], i8 sc[16][16] (per 16 inputs), a nibble tile of the low 4 bits per
-//                         32 inputs, then per 32 inputs 2 x 64 bytes of high 2-bit pairs: byte (h, row, j)
-//                         holds k-groups h, h+2, h+4, h+6 at bits 0, 2, 4, 6 (w = d * sc * (q - 32)). 3360 bytes
+//   "Sextet tile" of 32 6-bit codes for 16 rows: 6 x 64 bytes; for u < 4, byte (u, row, j) holds q[4u+j] in
+//   bits 0-5 and bits 4-5 of q[4u+16+j] in bits 6-7, and byte (4 + v, row, j) holds bits 0-3 of q[8v+16+j]
+//   in its low nibble and of q[8v+20+j] in its high one.
+//   Q6_Kx16 (256 inputs): fp16 d[16], i8 sc[16][16] (per 16 inputs), then a sextet tile per 32 inputs
+//                         (w = d * sc * (q - 32)).                                                  3360 bytes
 //   BF16x16 (32 inputs):  16 x 64 bytes: (pair p, row, 2) = bf16 w[2p], w[2p+1] (from F16 or BF16 weights),
 //                         multiplied with bf16 activations by vdpbf16ps (CPUs with AVX-512 BF16).   1024 bytes
 //   F16Fma16 / BF16Fma16 (32 inputs): 32 x 16 weights as in the file (fp16 or bf16 bits), input-major:
