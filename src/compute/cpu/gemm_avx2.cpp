@@ -36,25 +36,28 @@ inline void store_rows(const PackedView& w, float* y, __m256 rows) {
   _mm256_storeu_ps(y, w.accumulate ? _mm256_add_ps(_mm256_loadu_ps(y), rows) : rows);
 }
 
-// ORs bit 2 of the 3-bit codes into q[8] (inputs 4k..4k+3 of the half's 8 rows, the low two bits) from the
-// half of a high-bit plane: bit k of each byte moves to bit 2 of q[k]'s byte.
-inline void add_high_bits(__m256i (&q)[8], __m256i plane) {
-  KESTREL_UNROLL
-  for (int k = 0; k < 8; ++k) {
-    const __m256i bit = _mm256_and_si256(plane, _mm256_set1_epi8(static_cast<char>(1 << k)));
-    q[k] = _mm256_or_si256(q[k], k < 2 ? _mm256_slli_epi16(bit, 2 - k) : k > 2 ? _mm256_srli_epi16(bit, k - 2) : bit);
-  }
-}
-
-// The half's 8 rows of one 32-input crumb tile: q[k] = inputs 4k..4k+3, 2 bits (plus bit 2 from `plane`).
-inline void load_crumb_tile(const uint8_t* tile, const uint8_t* plane, int half, __m256i (&q)[8]) {
+// The half's 8 rows of one 32-input crumb tile: q[k] = inputs 4k..4k+3, 2 bits.
+inline void load_crumb_tile(const uint8_t* tile, int half, __m256i (&q)[8]) {
   const __m256i m2 = _mm256_set1_epi8(3);
   const __m256i v0 = load256(tile + 32 * half), v1 = load256(tile + 64 + 32 * half);
   for (int c = 0; c < 4; ++c) {
     q[c] = _mm256_and_si256(_mm256_srli_epi16(v0, 2 * c), m2);
     q[c + 4] = _mm256_and_si256(_mm256_srli_epi16(v1, 2 * c), m2);
   }
-  if (plane) add_high_bits(q, load256(plane + 32 * half));
+}
+// The half's 8 rows of one 32-input triad tile (3-bit codes): q[k] = inputs 4k..4k+3; groups 0..5 lie whole
+// in the tile's three vectors, groups 6 and 7 join two top bits of the first two with a bit of the third.
+inline void load_triad_tile(const uint8_t* tile, int half, __m256i (&q)[8]) {
+  const __m256i low3 = _mm256_set1_epi8(7), low2 = _mm256_set1_epi8(3), bit2 = _mm256_set1_epi8(4);
+  __m256i v[3];
+  KESTREL_UNROLL
+  for (int i = 0; i < 3; ++i) {
+    v[i] = load256(tile + 64 * i + 32 * half);
+    q[2 * i] = _mm256_and_si256(v[i], low3);
+    q[2 * i + 1] = _mm256_and_si256(_mm256_srli_epi16(v[i], 3), low3);
+  }
+  q[6] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v[0], 6), low2), _mm256_and_si256(_mm256_srli_epi16(v[2], 5), bit2));
+  q[7] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v[1], 6), low2), _mm256_and_si256(_mm256_srli_epi16(v[2], 4), bit2));
 }
 
 // int16 pair sums per row lane over the two 16-input halves of a 32-input block (k-groups 0..3 and 4..7)
@@ -464,7 +467,7 @@ void half_tile_q2_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_
       const __m256i sc0 = _mm256_and_si256(int16_lows(raw0, raw0), low4), sc1 = _mm256_and_si256(int16_lows(raw1, raw1), low4);
       const __m256i mins = int16_lows(_mm256_srli_epi32(raw0, 4), _mm256_srli_epi32(raw1, 4));
       __m256i q[8];
-      load_crumb_tile(blk + 320 + 128 * j, nullptr, half, q);
+      load_crumb_tile(blk + 320 + 128 * j, half, q);
       KESTREL_UNROLL
       for (int t = 0; t < T; ++t) {
         const BlockQ8A& xb = xq[static_cast<size_t>(t) * nxb + b * 8 + j];
@@ -531,8 +534,7 @@ void half_tile_q3_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_
       const __m256i sc0 = int16_lows(raw0, raw0), sc1 = int16_lows(raw1, raw1);
       const __m256i offsets = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(int16_lows(raw0, raw1), 2));
       __m256i q[8];
-      const uint8_t* tile = blk + 224 + 192 * j;
-      load_crumb_tile(tile, tile + 128, half, q);
+      load_triad_tile(blk + 224 + 192 * j, half, q);
       KESTREL_UNROLL
       for (int t = 0; t < T; ++t) {
         const BlockQ8A& xb = xq[static_cast<size_t>(t) * nxb + b * 8 + j];

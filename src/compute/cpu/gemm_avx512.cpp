@@ -14,27 +14,30 @@
 namespace kestrel {
 namespace {
 
-// Adds bit 2 of the 3-bit codes to q[8] (inputs 4k..4k+3 of the 16 rows, the low two bits): where bit k of
-// a byte of the high-bit plane is set, 4 is added to q[k]'s byte (a byte-masked add: two operations per k).
-inline void add_high_bits(__m512i (&q)[8], __m512i plane) {
-  const __m512i add = _mm512_set1_epi8(4);
-  KESTREL_UNROLL
-  for (int k = 0; k < 8; ++k) {
-    const __mmask64 set = _mm512_test_epi8_mask(plane, _mm512_set1_epi8(static_cast<char>(1 << k)));
-    q[k] = _mm512_mask_add_epi8(q[k], set, q[k], add);
-  }
-}
-
-// The 16 rows' codes of one 32-input crumb tile: q[k] = inputs 4k..4k+3, 2 bits (plus bit 2 from `plane`
-// when given).
-inline void load_crumb_tile(const uint8_t* tile, const uint8_t* plane, __m512i (&q)[8]) {
+// The 16 rows' codes of one 32-input crumb tile: q[k] = inputs 4k..4k+3, 2 bits.
+inline void load_crumb_tile(const uint8_t* tile, __m512i (&q)[8]) {
   const __m512i m2 = _mm512_set1_epi8(3);
   const __m512i v0 = _mm512_loadu_si512(tile), v1 = _mm512_loadu_si512(tile + 64);
   for (int c = 0; c < 4; ++c) {
     q[c] = _mm512_and_si512(_mm512_srli_epi16(v0, 2 * c), m2);
     q[c + 4] = _mm512_and_si512(_mm512_srli_epi16(v1, 2 * c), m2);
   }
-  if (plane) add_high_bits(q, _mm512_loadu_si512(plane));
+}
+// The 16 rows' codes of one 32-input triad tile (3-bit codes): q[k] = inputs 4k..4k+3; groups 0..5 lie whole
+// in the tile's three vectors, groups 6 and 7 join two top bits of the first two with a bit of the third
+// (one ternary-logic select, then an AND).
+inline void load_triad_tile(const uint8_t* tile, __m512i (&q)[8]) {
+  const __m512i low3 = _mm512_set1_epi8(7), low2 = _mm512_set1_epi8(3);
+  __m512i v[3];
+  KESTREL_UNROLL
+  for (int i = 0; i < 3; ++i) {
+    v[i] = _mm512_loadu_si512(tile + 64 * i);
+    q[2 * i] = _mm512_and_si512(v[i], low3);
+    q[2 * i + 1] = _mm512_and_si512(_mm512_srli_epi16(v[i], 3), low3);
+  }
+  // (a & c) | (b & ~c): bits 0-1 from a, bit 2 (and above, cleared after) from b
+  q[6] = _mm512_and_si512(_mm512_ternarylogic_epi32(_mm512_srli_epi16(v[0], 6), _mm512_srli_epi16(v[2], 5), low2, 0xE4), low3);
+  q[7] = _mm512_and_si512(_mm512_ternarylogic_epi32(_mm512_srli_epi16(v[1], 6), _mm512_srli_epi16(v[2], 4), low2, 0xE4), low3);
 }
 
 // The 16 rows' codes of one 32-input nibble tile: q[k] = inputs 4k..4k+3.
@@ -249,7 +252,7 @@ void tile_q2_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
       const __m512i bytes = int16_lows(raw0, raw1);  // per row: (byte of sub-block 2j, byte of 2j + 1)
       const __m512i scales = _mm512_and_si512(bytes, low4), mins = _mm512_srli_epi16(bytes, 4);
       __m512i q[8];
-      load_crumb_tile(blk + 320 + 128 * j, nullptr, q);
+      load_crumb_tile(blk + 320 + 128 * j, q);
       KESTREL_UNROLL
       for (int t = 0; t < T; ++t) {
         const BlockQ8A& xb = xq[static_cast<size_t>(t) * nxb + b * 8 + j];
@@ -303,8 +306,7 @@ void tile_q3_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
       const __m512 sc0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(scales[2 * j]))));
       const __m512 sc1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(scales[2 * j + 1]))));
       __m512i q[8];
-      const uint8_t* tile = blk + 224 + 192 * j;
-      load_crumb_tile(tile, tile + 128, q);
+      load_triad_tile(blk + 224 + 192 * j, q);
       KESTREL_UNROLL
       for (int t = 0; t < T; ++t) {
         const BlockQ8A& xb = xq[static_cast<size_t>(t) * nxb + b * 8 + j];

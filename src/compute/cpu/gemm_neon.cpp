@@ -63,17 +63,6 @@ inline void unpack_quints(const uint8_t* tile, BlockBytes& q) {
   }
 }
 
-// Adds bit 2 of each 3-bit code from a high-bit plane (64 bytes, bit k of byte (row, j) = bit 2 of input
-// 4k + j's code; packed_matrix.h).
-inline void add_plane_bits(const uint8_t* plane, BlockBytes& q) {
-  const uint8x16_t add = vdupq_n_u8(4);
-  for (int r = 0; r < 4; ++r) {
-    const uint8x16_t bits = vld1q_u8(plane + 16 * r);
-    for (int k = 0; k < 8; ++k)
-      q[4 * k + r] = vreinterpretq_s8_u8(vorrq_u8(vreinterpretq_u8_s8(q[4 * k + r]), vandq_u8(vtstq_u8(bits, vdupq_n_u8(static_cast<uint8_t>(1 << k))), add)));
-  }
-}
-
 // A crumb tile (2 x 64 bytes): bits 2c of vector v's bytes are input group 4v + c's 2-bit codes.
 inline void unpack_crumbs(const uint8_t* tile, BlockBytes& q) {
   const uint8x16_t m2 = vdupq_n_u8(3);
@@ -85,6 +74,22 @@ inline void unpack_crumbs(const uint8_t* tile, BlockBytes& q) {
       q[4 * (4 * v + 2) + r] = vreinterpretq_s8_u8(vandq_u8(vshrq_n_u8(packed, 4), m2));
       q[4 * (4 * v + 3) + r] = vreinterpretq_s8_u8(vshrq_n_u8(packed, 6));
     }
+}
+
+// A triad tile (3 x 64 bytes, packed_matrix.h): groups 0..5 lie whole in the three vectors (bits 0-2 and
+// 3-5); groups 6 and 7 take their low two bits from the first two vectors' top bits and bit 2 from the third's.
+inline void unpack_triads(const uint8_t* tile, BlockBytes& q) {
+  const uint8x16_t m3 = vdupq_n_u8(7), bit2 = vdupq_n_u8(4);
+  for (int r = 0; r < 4; ++r) {
+    uint8x16_t v[3];
+    for (int i = 0; i < 3; ++i) {
+      v[i] = vld1q_u8(tile + 64 * i + 16 * r);
+      q[4 * (2 * i) + r] = vreinterpretq_s8_u8(vandq_u8(v[i], m3));
+      q[4 * (2 * i + 1) + r] = vreinterpretq_s8_u8(vandq_u8(vshrq_n_u8(v[i], 3), m3));
+    }
+    q[4 * 6 + r] = vreinterpretq_s8_u8(vsliq_n_u8(vshrq_n_u8(v[0], 6), vshrq_n_u8(v[2], 7), 2));
+    q[4 * 7 + r] = vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(v[1], 6), vandq_u8(vshrq_n_u8(v[2], 4), bit2)));
+  }
 }
 
 // s[r] += rows 4r..4r+3 times the token's inputs of groups [k0, k0 + 4) (x4: those 16 activation bytes).
@@ -332,9 +337,7 @@ void tile_q3_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_t ys,
         s8x16_to_f32(vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(low, vshlq_n_u8(top, 4))), vdupq_n_s8(32)), sc[h]);
         for (int r = 0; r < 4; ++r) sc[h][r] = vmulq_f32(sc[h][r], d[r]);
       }
-      const uint8_t* tile = blk + 224 + 192 * j;
-      unpack_crumbs(tile, q);
-      add_plane_bits(tile + 128, q);
+      unpack_triads(blk + 224 + 192 * j, q);
       KESTREL_UNROLL
       for (int t = 0; t < T; ++t) {
         add_half_scaled_products<4>(q, xq[static_cast<size_t>(t) * nxb + b * 8 + j], sc, acc + 4 * t);

@@ -25,16 +25,6 @@ int nibble_tile_value(const uint8_t* tile, int row, int k) {
   const uint8_t byte = tile[(k % 16) / 4 * 64 + row * 4 + k % 4];
   return k < 16 ? (byte & 0xF) : (byte >> 4);
 }
-// The high-bit plane of 32 inputs for 16 rows (3-bit values): bit k of byte (row, j) = bit 2 of value(row, 4k + j).
-template <typename F>
-void write_high_bit_plane(uint8_t* out, const F& value) {
-  for (int i = 0; i < PackedMatrix::kRows; ++i)
-    for (int j = 0; j < 4; ++j) {
-      uint8_t bits = 0;
-      for (int k = 0; k < 8; ++k) bits |= static_cast<uint8_t>(((value(i, 4 * k + j) >> 2) & 1) << k);
-      out[i * 4 + j] = bits;
-    }
-}
 // The crumb tile of 32 inputs for 16 rows: bits 2c of byte (v, row, j) = value(row, 16v + 4c + j) & 3.
 template <typename F>
 void write_crumb_tile(uint8_t* out, const F& value) {
@@ -91,6 +81,28 @@ int sextet_tile_value(const uint8_t* tile, int row, int k) {
   const int u = (k - 16) / 4;
   const uint8_t low = tile[(4 + u / 2) * 64 + row * 4 + k % 4];
   return ((byte >> 6) << 4) | ((u % 2 ? low >> 4 : low) & 0xF);
+}
+// The triad tile of 32 inputs for 16 rows (3-bit values): for v < 3, byte (v, row, j) holds value(row,
+// 8v + j) in bits 0-2 and value(row, 8v + 4 + j) in bits 3-5; bits 6-7 of bytes (0, row, j) and (1, row, j)
+// hold bits 0-1 of value(row, 24 + j) and value(row, 28 + j), whose bit 2 is bit 7 and bit 6 of byte
+// (2, row, j).
+template <typename F>
+void write_triad_tile(uint8_t* out, const F& value) {
+  for (int i = 0; i < PackedMatrix::kRows; ++i)
+    for (int j = 0; j < 4; ++j) {
+      const int last[2] = {value(i, 24 + j) & 7, value(i, 28 + j) & 7};
+      for (int v = 0; v < 3; ++v) {
+        const int pair = (value(i, 8 * v + j) & 7) | ((value(i, 8 * v + 4 + j) & 7) << 3);
+        const int top = v < 2 ? (last[v] & 3) << 6 : ((last[0] >> 2) << 7) | ((last[1] >> 2) << 6);
+        out[v * 64 + i * 4 + j] = static_cast<uint8_t>(pair | top);
+      }
+    }
+}
+int triad_tile_value(const uint8_t* tile, int row, int k) {
+  const int group = k / 4, at = row * 4 + k % 4;
+  if (group < 6) return (tile[(group / 2) * 64 + at] >> (3 * (group % 2))) & 7;
+  const int last = group - 6;  // 0 or 1
+  return (tile[last * 64 + at] >> 6) | (((tile[128 + at] >> (7 - last)) & 1) << 2);
 }
 
 struct LayoutInfo {
@@ -252,11 +264,7 @@ std::optional<PackedMatrix> PackedMatrix::pack(const WeightMatrix& w, PackedLayo
             for (int k = 0; k < 12; ++k) out[32 + k * 16 + i] = blk->scales[k];
             block_codes(DType::Q3_K, blk, codes[i]);
           }
-          for (int j = 0; j < 8; ++j) {
-            const auto value = [&](int i, int k) { return codes[i][32 * j + k]; };
-            write_crumb_tile(out + 224 + 192 * j, value);
-            write_high_bit_plane(out + 224 + 192 * j + 128, value);
-          }
+          for (int j = 0; j < 8; ++j) write_triad_tile(out + 224 + 192 * j, [&](int i, int k) { return codes[i][32 * j + k]; });
           break;
         }
         case PackedLayout::Q4_0x16: {
@@ -360,9 +368,7 @@ void unpack_block_row(PackedLayout layout, const uint8_t* blk, int i, float* out
       uint8_t scales[12];  // row i's 6-bit scales, as in the file
       for (int k = 0; k < 12; ++k) scales[k] = blk[32 + k * 16 + i];
       for (int e = 0; e < 256; ++e) {
-        const uint8_t* tile = blk + 224 + 192 * (e / 32);
-        const int k = e % 32;
-        const int q = crumb_tile_value(tile, i, k) | (((tile[128 + i * 4 + k % 4] >> (k / 4)) & 1) << 2);
+        const int q = triad_tile_value(blk + 224 + 192 * (e / 32), i, e % 32);
         out[e] = fp16_to_fp32(halves[i]) * static_cast<float>(q3_k_scale(e / 16, scales) - 32) * static_cast<float>(q - 4);
       }
       break;

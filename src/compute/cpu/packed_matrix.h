@@ -24,10 +24,11 @@
 //   Q2_Kx16 (256 inputs): fp16 d[16], fp16 dmin[16], u8 scales[16][16] (the file's byte per sub-block of 16:
 //                         4-bit scale low, 4-bit min high), then a crumb tile per 32 inputs
 //                         (w = d * sc * q - dmin * m).                                             1344 bytes
+//   "Triad tile" of 32 3-bit codes for 16 rows: 3 x 64 bytes; byte (v, row, j) holds q[8v+j] in bits 0-2 and
+//   q[8v+4+j] in bits 3-5; bits 6-7 of bytes (0, row, j) and (1, row, j) hold bits 0-1 of q[24+j] and
+//   q[28+j], whose bit 2 is bit 7 and bit 6 of byte (2, row, j).
 //   Q3_Kx16 (256 inputs): fp16 d[16], u8 scales[12][16] (each row's 12 bytes of 6-bit scales, as in the
-//                         file), then per 32 inputs a crumb tile of the low 2 bits and a 64-byte
-//                         high-bit plane, bit k of byte (row, j) = bit 2 of q[4k+j]
-//                         (w = d * (sc - 32) * (q - 4)).                                           1760 bytes
+//                         file), then a triad tile per 32 inputs (w = d * (sc - 32) * (q - 4)).      1760 bytes
 //   "Sextet tile" of 32 6-bit codes for 16 rows: 6 x 64 bytes; for u < 4, byte (u, row, j) holds q[4u+j] in
 //   bits 0-5 and bits 4-5 of q[4u+16+j] in bits 6-7, and byte (4 + v, row, j) holds bits 0-3 of q[8v+16+j]
 //   in its low nibble and of q[8v+20+j] in its high one.
