@@ -238,10 +238,7 @@ std::optional<PackedMatrix> PackedMatrix::pack(const WeightMatrix& w, PackedLayo
             for (int k = 0; k < 12; ++k) out[64 + k * 16 + i] = blk->scales[k];
             block_codes(DType::Q5_K, blk, codes[i]);
           }
-          for (int j = 0; j < 8; ++j) {
-            const auto value = [&](int i, int k) { return codes[i][32 * j + k]; };
-            write_quint_tile(out + 256 + 320 * j, value);
-          }
+          for (int j = 0; j < 8; ++j) write_quint_tile(out + 256 + 320 * j, [&](int i, int k) { return codes[i][32 * j + k]; });
           break;
         }
         case PackedLayout::Q2_Kx16: {
