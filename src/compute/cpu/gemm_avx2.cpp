@@ -70,8 +70,20 @@ inline void pair_sums_halves(const __m256i (&q)[8], const int32_t* x4, __m256i& 
     hi = _mm256_add_epi16(hi, maddubs(q[k + 4], x4[k + 4]));
   }
 }
-// Per 32-bit lane, the low int16 of `first` and the low int16 of `second` (as the lane's high int16).
-inline __m256i int16_lows(__m256i first, __m256i second) { return _mm256_blend_epi16(first, _mm256_slli_epi32(second, 16), 0xAA); }
+// The 8 rows' bytes of two 16-input sub-blocks (a: the first's, b: the second's; 8 bytes each, one per row)
+// as int16 pairs per 32-bit row lane: (a, b), sign- or zero-extended.
+template <bool kSigned>
+inline __m256i sub_block_pairs(const void* a, const void* b) {
+  const __m128i interleaved = _mm_unpacklo_epi8(_mm_loadl_epi64(static_cast<const __m128i*>(a)), _mm_loadl_epi64(static_cast<const __m128i*>(b)));
+  return kSigned ? _mm256_cvtepi8_epi16(interleaved) : _mm256_cvtepu8_epi16(interleaved);
+}
+// From int16 pairs (a, b) per 32-bit lane: (a, a), or with kSecond (b, b).
+template <bool kSecond>
+inline __m256i pair_twice(__m256i pairs) {
+  constexpr char o = kSecond ? 2 : 0;
+  return _mm256_shuffle_epi8(pairs, _mm256_setr_epi8(o, o + 1, o, o + 1, o + 4, o + 5, o + 4, o + 5, o + 8, o + 9, o + 8, o + 9, o + 12, o + 13, o + 12, o + 13,
+                                                     o, o + 1, o, o + 1, o + 4, o + 5, o + 4, o + 5, o + 8, o + 9, o + 8, o + 9, o + 12, o + 13, o + 12, o + 13));
+}
 // Token x's two 16-input activation sums as the int16 pair of every 32-bit lane.
 inline __m256i activation_half_sums(const BlockQ8A& x) {
   int32_t sums;
@@ -459,13 +471,11 @@ void half_tile_q2_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_
     for (int t = 0; t < T; ++t) sb[t] = sb_min[t] = _mm256_setzero_ps();
     for (int j = 0; j < 8; ++j) {
       prefetch_block_part(ahead.block, w.block_bytes, 8 * ahead.half + j, 16);
-      const auto raw = [&](int s) {  // the 8 rows' bytes of sub-block s, one per 32-bit lane
-        return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 64 + 16 * s + 8 * half)));
-      };
-      const __m256i raw0 = raw(2 * j), raw1 = raw(2 * j + 1);
       // int16 pairs per row: (sc, sc) of each sub-block, and (m of sub-block 2j, m of 2j + 1)
-      const __m256i sc0 = _mm256_and_si256(int16_lows(raw0, raw0), low4), sc1 = _mm256_and_si256(int16_lows(raw1, raw1), low4);
-      const __m256i mins = int16_lows(_mm256_srli_epi32(raw0, 4), _mm256_srli_epi32(raw1, 4));
+      const __m256i bytes = sub_block_pairs<false>(blk + 64 + 32 * j + 8 * half, blk + 80 + 32 * j + 8 * half);
+      const __m256i scales = _mm256_and_si256(bytes, low4);
+      const __m256i sc0 = pair_twice<false>(scales), sc1 = pair_twice<true>(scales);
+      const __m256i mins = _mm256_srli_epi16(bytes, 4);
       __m256i q[8];
       load_crumb_tile(blk + 320 + 128 * j, half, q);
       KESTREL_UNROLL
@@ -526,13 +536,10 @@ void half_tile_q3_k(PackedView w, const BlockQ8A* xq, size_t nb, float* y, size_
     for (int t = 0; t < T; ++t) sb[t] = _mm256_setzero_ps();
     for (int j = 0; j < 8; ++j) {
       prefetch_block_part(ahead.block, w.block_bytes, 8 * ahead.half + j, 16);
-      const auto scale = [&](int s) {  // the 8 rows' scales of sub-block s, one per 32-bit lane
-        return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales[s])));
-      };
-      const __m256i raw0 = scale(2 * j), raw1 = scale(2 * j + 1);
       // int16 pairs per row: (sc, sc) of each sub-block, and -4 x (sc of sub-block 2j, sc of 2j + 1)
-      const __m256i sc0 = int16_lows(raw0, raw0), sc1 = int16_lows(raw1, raw1);
-      const __m256i offsets = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(int16_lows(raw0, raw1), 2));
+      const __m256i both = sub_block_pairs<true>(scales[2 * j], scales[2 * j + 1]);
+      const __m256i sc0 = pair_twice<false>(both), sc1 = pair_twice<true>(both);
+      const __m256i offsets = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(both, 2));
       __m256i q[8];
       load_triad_tile(blk + 224 + 192 * j, half, q);
       KESTREL_UNROLL
